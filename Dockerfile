@@ -1,0 +1,22 @@
+# One image for web, worker and beat.
+FROM node:20-slim AS assets
+WORKDIR /build
+COPY package.json package-lock.json ./
+RUN npm ci --no-audit --no-fund
+
+FROM python:3.11-slim
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PORTAL_VAR_DIR=/app/var
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY portal ./portal
+COPY instances ./instances
+COPY billing ./billing
+COPY audit ./audit
+RUN pip install --no-cache-dir .
+COPY . .
+COPY --from=assets /build/node_modules ./node_modules
+RUN DJANGO_DEBUG=0 DJANGO_SECRET_KEY=collectstatic-only python manage.py collectstatic --noinput \
+    && useradd --create-home portal && mkdir -p var && chown -R portal var
+USER portal
+EXPOSE 8000
+CMD ["gunicorn", "portal.wsgi:application", "--bind", "0.0.0.0:8000"]

@@ -1,0 +1,1 @@
+"""The API call log arrives with the audit issue."""

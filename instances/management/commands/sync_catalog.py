@@ -1,0 +1,55 @@
+"""Create or update the catalog from the provider, prices from the price file, images too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from instances.catalog import image_rows, list_prices
+from instances.providers import get_provider
+from instances.providers.base import ProviderError
+from instances.services import image_upsert, instance_type_sync
+
+
+class Command(BaseCommand):
+    help = (
+        "Sync instance types from the cloud (PORTAL_PROVIDER) with prices from the price file "
+        "(PORTAL_PRICE_FILE), and TensorFlow images from instances/catalog/images.json."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--provider", help="simulated or ec2 (default: PORTAL_PROVIDER)")
+        parser.add_argument("--prices", help="price file (default: PORTAL_PRICE_FILE)")
+        parser.add_argument(
+            "--keep-missing",
+            action="store_true",
+            help="do not deactivate types the cloud no longer lists",
+        )
+
+    def handle(self, *args, **options):
+        name = options["provider"] or settings.PORTAL_PROVIDER
+        price_file = Path(options["prices"] or settings.PORTAL_PRICE_FILE)
+        try:
+            provider = get_provider(name)
+            prices = list_prices(price_file)
+            specs = provider.instance_types()
+        except (ValueError, OSError, KeyError) as error:
+            raise CommandError(str(error)) from error
+        except ProviderError as error:
+            raise CommandError(f"The {name} provider failed: {error}") from error
+        report = instance_type_sync(
+            provider=name,
+            specs=specs,
+            prices=prices,
+            deactivate_missing=not options["keep_missing"],
+        )
+        for type_name, reason in sorted(report.skipped.items()):
+            self.stderr.write(f"skipped {type_name}: {reason}")
+        images = [image_upsert(row=row) for row in image_rows()]
+        created = sum(1 for _, was_created in images if was_created)
+        self.stdout.write(
+            f"Instance types ({name}): {report.summary()}. "
+            f"Images: {created} created, {len(images) - created} updated."
+        )

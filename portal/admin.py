@@ -1,0 +1,51 @@
+"""Django admin for people and projects; saves go through the services."""
+
+from django.contrib import admin
+from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
+
+from portal import services
+from portal.models import Membership, Project, User
+
+
+@admin.register(User)
+class UserAdmin(DjangoUserAdmin):
+    list_display = ["username", "email", "first_name", "last_name", "role", "is_active"]
+    list_filter = ["role", "is_active"]
+    fieldsets = (*DjangoUserAdmin.fieldsets, ("Portal", {"fields": ("role",)}))
+    add_fieldsets = (*DjangoUserAdmin.add_fieldsets, ("Portal", {"fields": ("role",)}))
+
+    def save_model(self, request, obj, form, change):
+        # Staff rights follow the portal role; the service keeps them in step.
+        obj.is_staff = obj.is_superuser = obj.role == User.Role.ADMIN
+        super().save_model(request, obj, form, change)
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 1
+    autocomplete_fields = ["user"]
+
+
+@admin.register(Project)
+class ProjectAdmin(admin.ModelAdmin):
+    list_display = ["slug", "name", "is_active", "created_at"]
+    list_filter = ["is_active"]
+    search_fields = ["slug", "name", "memberships__user__username"]
+    inlines = [MembershipInline]
+
+    def save_model(self, request, obj, form, change):
+        services.project_save(project=obj)
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    list_display = ["project", "user", "role", "created_at"]
+    list_filter = ["role", "project"]
+    search_fields = ["project__slug", "user__username"]
+    autocomplete_fields = ["user", "project"]
+
+    def save_model(self, request, obj, form, change):
+        services.membership_set(project=obj.project, user=obj.user, role=obj.role)
+
+    def delete_model(self, request, obj):
+        services.membership_remove(project=obj.project, user=obj.user)

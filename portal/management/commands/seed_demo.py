@@ -1,0 +1,61 @@
+"""Seed the demo: the catalog, projects, people and their memberships. Safe to run twice."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand
+
+from portal.models import Membership, User
+from portal.services import membership_set, project_upsert, user_upsert
+
+PROJECTS = [
+    ("vision-lab", "Vision Lab", "Image models: detection, segmentation, ViT pre-training."),
+    ("nlp-lab", "NLP Lab", "Language models: fine-tuning and evaluation."),
+]
+PEOPLE = [
+    # username, first, last, role, [(project, membership role)]
+    ("alice", "Alice", "Andersen", User.Role.RESEARCHER, [("vision-lab", "member")]),
+    ("bob", "Bob", "Brandt", User.Role.RESEARCHER, [("vision-lab", "member")]),
+    ("carol", "Carol", "Costa", User.Role.RESEARCHER, [("nlp-lab", "member")]),
+    ("ada", "Ada", "Admin", User.Role.ADMIN, []),
+    ("fin", "Fin", "Finance", User.Role.FINANCE, []),
+]
+
+
+class Command(BaseCommand):
+    help = "Create the demo catalog, projects and users (password: PORTAL_DEMO_PASSWORD)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--no-catalog", action="store_true", help="skip sync_catalog")
+
+    def handle(self, *args, **options):
+        if not options["no_catalog"]:
+            call_command("sync_catalog", stdout=self.stdout, stderr=self.stderr)
+            from billing.services import spot_prices_refresh
+
+            added = spot_prices_refresh()
+            self.stdout.write(f"Spot prices: {added} new observations.")
+        projects = {}
+        for slug, name, description in PROJECTS:
+            projects[slug], _ = project_upsert(slug=slug, name=name, description=description)
+        created_users = []
+        for username, first, last, role, memberships in PEOPLE:
+            user, created = user_upsert(
+                username=username,
+                role=role,
+                email=f"{username}@example.org",
+                first_name=first,
+                last_name=last,
+                password=settings.PORTAL_DEMO_PASSWORD,
+            )
+            if created:
+                created_users.append(username)
+            for slug, membership_role in memberships:
+                membership_set(
+                    project=projects[slug], user=user, role=Membership.Role(membership_role)
+                )
+        self.stdout.write(
+            f"Demo people: {len(PEOPLE)} ({len(created_users)} new); "
+            f"projects: {', '.join(projects)}."
+        )

@@ -1,0 +1,17 @@
+// Small behaviours shared by the portal's pages. htmx does the live updates.
+document.addEventListener("click", (event) => {
+  const button = event.target.closest("[data-copy]");
+  if (!button) return;
+  const source = document.getElementById(button.dataset.copy);
+  if (!source) return;
+  navigator.clipboard.writeText(source.textContent.trim()).then(() => {
+    const label = button.textContent;
+    button.textContent = "Copied";
+    setTimeout(() => { button.textContent = label; }, 1500);
+  });
+});
+
+document.addEventListener("change", (event) => {
+  const form = event.target.closest("form[data-autosubmit]");
+  if (form) form.requestSubmit();
+});

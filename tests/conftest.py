@@ -1,0 +1,126 @@
+"""Shared fixtures: the personas, the seeded catalog, API clients, and the service rules.
+
+Personas (DESIGN rule 11): alice and bob share vision-lab, carol is in nlp-lab, ada is admin,
+fin is finance.
+
+Tests that need PostgreSQL or Redis are marked; without those services they are skipped with a
+reason that ``make test`` prints. With PORTAL_REQUIRE_SERVICES=1 (CI) such a skip is an error.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from django.conf import settings
+from rest_framework.test import APIClient
+
+from portal.models import Membership, User
+from portal.services import membership_set, project_upsert, user_upsert
+
+PASSWORD = "correct-horse-battery-staple"
+REQUIRE_SERVICES = os.environ.get("PORTAL_REQUIRE_SERVICES") == "1"
+
+
+def _on_postgres() -> bool:
+    return settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
+
+
+def _on_redis() -> bool:
+    return settings.CELERY_BROKER_URL.startswith(("redis://", "rediss://"))
+
+
+def pytest_collection_modifyitems(config, items):
+    reasons = {
+        "postgres": (_on_postgres(), "needs PostgreSQL: set DATABASE_URL=postgres://..."),
+        "redis": (_on_redis(), "needs Redis: set CELERY_BROKER_URL=redis://..."),
+    }
+    for item in items:
+        for marker, (available, reason) in reasons.items():
+            # Under PORTAL_REQUIRE_SERVICES pytest_sessionstart has already refused to run
+            # without both services, so nothing is ever skipped in CI.
+            if marker in item.keywords and not available:
+                item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def pytest_sessionstart(session):
+    if REQUIRE_SERVICES and not (_on_postgres() and _on_redis()):
+        raise pytest.UsageError(
+            "PORTAL_REQUIRE_SERVICES=1 but DATABASE_URL/CELERY_BROKER_URL do not point at "
+            "PostgreSQL and Redis; CI must not skip the tests that need them."
+        )
+
+
+@pytest.fixture
+def catalog(db):
+    """The seeded simulated catalog and TensorFlow images, as `make run` has them."""
+    from django.core.management import call_command
+
+    call_command("sync_catalog", verbosity=0, stdout=open(os.devnull, "w"))  # noqa: SIM115
+    from instances.models import InstanceType
+
+    return {row.name: row for row in InstanceType.objects.all()}
+
+
+def _person(username: str, role: str) -> User:
+    user, _ = user_upsert(
+        username=username,
+        role=role,
+        email=f"{username}@example.org",
+        first_name=username.capitalize(),
+        password=PASSWORD,
+    )
+    return user
+
+
+@pytest.fixture
+def projects(db):
+    vision, _ = project_upsert(slug="vision-lab", name="Vision Lab")
+    nlp, _ = project_upsert(slug="nlp-lab", name="NLP Lab")
+    return {"vision-lab": vision, "nlp-lab": nlp}
+
+
+@pytest.fixture
+def alice(projects):
+    user = _person("alice", User.Role.RESEARCHER)
+    membership_set(project=projects["vision-lab"], user=user, role=Membership.Role.MEMBER)
+    return user
+
+
+@pytest.fixture
+def bob(projects):
+    user = _person("bob", User.Role.RESEARCHER)
+    membership_set(project=projects["vision-lab"], user=user, role=Membership.Role.MEMBER)
+    return user
+
+
+@pytest.fixture
+def carol(projects):
+    user = _person("carol", User.Role.RESEARCHER)
+    membership_set(project=projects["nlp-lab"], user=user, role=Membership.Role.MEMBER)
+    return user
+
+
+@pytest.fixture
+def ada(db):
+    return _person("ada", User.Role.ADMIN)
+
+
+@pytest.fixture
+def fin(db):
+    return _person("fin", User.Role.FINANCE)
+
+
+@pytest.fixture
+def api():
+    """An API client; `api.force_authenticate(user)` or `api.login(...)` to sign in."""
+    return APIClient()
+
+
+@pytest.fixture
+def api_as(api):
+    def sign_in(user: User) -> APIClient:
+        api.force_authenticate(user)
+        return api
+
+    return sign_in

@@ -1,0 +1,58 @@
+"""The catalog page: cards, filters and errors a researcher can read."""
+
+from __future__ import annotations
+
+import pytest
+from bs4 import BeautifulSoup
+
+
+@pytest.fixture
+def page(client, alice, catalog):
+    client.force_login(alice)
+
+    def get(query: str = ""):
+        response = client.get(f"/catalog/?{query}")
+        return response, BeautifulSoup(response.content, "html.parser")
+
+    return get
+
+
+def card_names(soup) -> list[str]:
+    return [card["data-type"] for card in soup.select("article.host")]
+
+
+def test_catalog_shows_every_type_cheapest_first(page, catalog):
+    response, soup = page()
+    assert response.status_code == 200
+    names = card_names(soup)
+    assert set(names) == set(catalog)
+    assert names[0] == "g6.xlarge"
+
+
+def test_card_shows_price_per_hour_and_per_gpu_hour_and_images(page):
+    _, soup = page("gpu_model=H100")
+    card = soup.select_one('article[data-type="p5.48xlarge"]')
+    text = card.get_text(" ", strip=True)
+    assert "$98.32" in text and "$12.29 per GPU-hour" in text
+    assert "8× H100" in text
+    assert "TF 2.17.0" in text and "TF 2.11.0" not in text
+
+
+def test_filters_narrow_the_cards(page):
+    _, soup = page("gpu_model=A100&min_gpu_memory_gib=80")
+    assert card_names(soup) == ["p4de.24xlarge"]
+
+
+def test_bad_filter_shows_a_message_and_a_400(page):
+    response, soup = page("max_price=-3")
+    assert response.status_code == 400
+    assert "Must be 0 or more" in soup.select_one(".alert-error").get_text()
+    assert card_names(soup) == []
+
+
+def test_spot_price_is_shown_when_known(page):
+    from billing.services import spot_prices_refresh
+
+    spot_prices_refresh()
+    _, soup = page("gpu_model=L4&gpu_count=1")
+    assert "Spot $" in soup.select_one('article[data-type="g6.xlarge"]').get_text()

@@ -1,0 +1,108 @@
+"""manage.py sync_catalog: types from the cloud (EC2 via moto, or simulated), prices from a file."""
+
+from __future__ import annotations
+
+import io
+import json
+from decimal import Decimal
+
+import pytest
+from django.core.management import CommandError, call_command
+from moto import mock_aws
+
+from instances.models import InstanceType
+
+
+@pytest.fixture
+def aws(monkeypatch, settings):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "testing")
+    monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
+    settings.AWS_ENDPOINT_URL = ""
+    settings.PORTAL_REGION = "us-east-1"
+    with mock_aws():
+        yield
+
+
+def sync(*args: str) -> tuple[str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    call_command("sync_catalog", *args, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+def price_file(tmp_path, prices: dict[str, str]):
+    path = tmp_path / "prices.json"
+    path.write_text(
+        json.dumps(
+            {
+                "source": "test price sheet",
+                "as_of": "2026-11-01",
+                "prices": {name: {"on_demand": value} for name, value in prices.items()},
+            }
+        )
+    )
+    return str(path)
+
+
+def test_ec2_sync_reads_gpu_info_from_describe_instance_types(db, aws, settings, tmp_path):
+    settings.AWS_EC2_INSTANCE_TYPES = ["g5.xlarge", "p4d.24xlarge", "p5.48xlarge", "g6.xlarge"]
+    prices = price_file(
+        tmp_path,
+        {
+            "g5.xlarge": "1.006",
+            "p4d.24xlarge": "32.7726",
+            "p5.48xlarge": "98.32",
+            "g6.xlarge": "0.8048",
+        },
+    )
+    out, _ = sync("--provider", "ec2", "--prices", prices)
+    assert "4 created" in out
+    p4d = InstanceType.objects.get(provider="ec2", name="p4d.24xlarge")
+    assert (p4d.gpu_model, p4d.gpu_count, p4d.gpu_memory_gib) == ("A100", 8, 40)
+    assert p4d.gpu_architecture == "8.0"
+    assert p4d.vcpus == 96 and p4d.efa is True
+    assert p4d.on_demand_price_per_hour == Decimal("32.7726")
+    assert p4d.price_source == "test price sheet"
+    p5 = InstanceType.objects.get(provider="ec2", name="p5.48xlarge")
+    assert (p5.gpu_model, p5.gpu_architecture) == ("H100", "9.0")
+    assert InstanceType.objects.get(provider="ec2", name="g6.xlarge").gpu_model == "L4"
+    assert InstanceType.objects.get(provider="ec2", name="g5.xlarge").gpu_model == "A10G"
+
+
+def test_ec2_sync_skips_unknown_types_and_types_without_a_price(db, aws, settings, tmp_path):
+    settings.AWS_EC2_INSTANCE_TYPES = ["g5.xlarge", "zz9.plural", "g6.xlarge"]
+    out, err = sync("--provider", "ec2", "--prices", price_file(tmp_path, {"g5.xlarge": "1.006"}))
+    assert "1 created" in out
+    assert "skipped g6.xlarge: no list price" in err
+    assert not InstanceType.objects.filter(name="zz9.plural").exists()
+
+
+def test_a_new_price_file_updates_prices_and_nothing_else(db, aws, settings, tmp_path):
+    settings.AWS_EC2_INSTANCE_TYPES = ["g5.xlarge"]
+    sync("--provider", "ec2", "--prices", price_file(tmp_path, {"g5.xlarge": "1.006"}))
+    out, _ = sync("--provider", "ec2", "--prices", price_file(tmp_path, {"g5.xlarge": "0.95"}))
+    assert "1 updated" in out
+    row = InstanceType.objects.get(name="g5.xlarge")
+    assert row.on_demand_price_per_hour == Decimal("0.95")
+    out, _ = sync("--provider", "ec2", "--prices", price_file(tmp_path, {"g5.xlarge": "0.95"}))
+    assert "1 unchanged" in out
+
+
+def test_types_the_cloud_no_longer_lists_are_deactivated_not_deleted(db, catalog, tmp_path):
+    prices = price_file(tmp_path, {"g5.xlarge": "1.006"})
+    out, err = sync("--prices", prices)
+    assert "skipped p5.48xlarge: no list price" in err
+    assert "deactivated" in out
+    assert set(InstanceType.objects.offered().values_list("name", flat=True)) == {"g5.xlarge"}
+    assert InstanceType.objects.filter(name="p5.48xlarge", is_active=False).exists()
+
+
+def test_a_negative_price_in_the_file_is_refused(db, tmp_path):
+    with pytest.raises(CommandError, match="negative"):
+        sync("--prices", price_file(tmp_path, {"g5.xlarge": "-1"}))
+
+
+def test_an_unknown_provider_is_refused_with_the_choices(db):
+    with pytest.raises(CommandError, match="PORTAL_PROVIDER accepts ec2, simulated"):
+        sync("--provider", "azure")

@@ -1,0 +1,86 @@
+"""seed_demo creates the demo people, projects and catalog; running it twice changes nothing."""
+
+from __future__ import annotations
+
+import io
+
+from django.conf import settings
+from django.contrib.auth import authenticate
+from django.core.management import call_command
+
+from instances.models import Image, InstanceType
+from portal.models import Membership, Project, User
+
+
+def seed() -> str:
+    out = io.StringIO()
+    call_command("seed_demo", stdout=out, stderr=io.StringIO())
+    return out.getvalue()
+
+
+def snapshot():
+    return (
+        sorted(User.objects.values_list("username", "role", "password")),
+        sorted(Project.objects.values_list("slug", "name")),
+        sorted(Membership.objects.values_list("project__slug", "user__username", "role")),
+        sorted(InstanceType.objects.values_list("name", "on_demand_price_per_hour")),
+        sorted(Image.objects.values_list("name", "cuda_version")),
+    )
+
+
+def test_seed_creates_the_personas_with_the_demo_password(db):
+    seed()
+    roles = dict(User.objects.values_list("username", "role"))
+    assert roles == {
+        "alice": "researcher",
+        "bob": "researcher",
+        "carol": "researcher",
+        "ada": "admin",
+        "fin": "finance",
+    }
+    members = set(Membership.objects.values_list("project__slug", "user__username"))
+    assert members == {("vision-lab", "alice"), ("vision-lab", "bob"), ("nlp-lab", "carol")}
+    assert authenticate(username="carol", password=settings.PORTAL_DEMO_PASSWORD)
+    assert User.objects.get(username="ada").is_staff
+    assert not User.objects.get(username="fin").is_staff
+
+
+def test_seed_twice_changes_nothing(db):
+    seed()
+    first = snapshot()
+    seed()
+    assert snapshot() == first
+
+
+def test_seed_keeps_a_password_somebody_changed(db):
+    seed()
+    alice = User.objects.get(username="alice")
+    alice.set_password("alices-own-secret-9")
+    alice.save()
+    seed()
+    assert authenticate(username="alice", password="alices-own-secret-9")
+
+
+def test_demo_users_exist_only_when_seeded(db):
+    assert not User.objects.exists()
+
+
+def test_seeded_catalog_has_the_issue_types_and_chinese_enterprise_gpus(db):
+    seed()
+    gpus = dict(InstanceType.objects.values_list("name", "gpu_model"))
+    for name, gpu in {
+        "g5.xlarge": "A10G",
+        "g6.xlarge": "L4",
+        "g6e.xlarge": "L40S",
+        "p4d.24xlarge": "A100",
+        "p4de.24xlarge": "A100",
+        "p5.48xlarge": "H100",
+        "p5e.48xlarge": "H200",
+    }.items():
+        assert gpus[name] == gpu
+    assert {"A800", "H800"} <= set(gpus.values())
+    p4d = InstanceType.objects.get(name="p4d.24xlarge")
+    assert (p4d.gpu_count, p4d.gpu_memory_gib, p4d.gpu_architecture) == (8, 40, "8.0")
+    assert InstanceType.objects.get(name="p4de.24xlarge").gpu_memory_gib == 80
+    assert p4d.price_source.startswith("AWS EC2 On-Demand pricing")
+    assert p4d.price_as_of is not None

@@ -1,0 +1,124 @@
+"""Settings come from the environment, with safe development defaults."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBE = (
+    "import json, django; from django.conf import settings as s; django.setup(); "
+    "print(json.dumps({'debug': s.DEBUG, 'engine': s.DATABASES['default']['ENGINE'], "
+    "'name': str(s.DATABASES['default']['NAME']), 'broker': s.CELERY_BROKER_URL, "
+    "'provider': s.PORTAL_PROVIDER, 'hosts': s.ALLOWED_HOSTS, 'secret': s.SECRET_KEY, "
+    "'ssl_redirect': s.SECURE_SSL_REDIRECT, 'storage': s.STORAGES['staticfiles']['BACKEND'], "
+    "'transport': s.CELERY_BROKER_TRANSPORT_OPTIONS}))"
+)
+
+
+def run_with_env(env: dict[str, str], code: str = PROBE, *args: str):
+    clean = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("DJANGO_", "DATABASE_", "CELERY_", "PORTAL_"))
+    }
+    clean.update({"DJANGO_SETTINGS_MODULE": "portal.settings", **env})
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=ROOT,
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def settings_with(env: dict[str, str], tmp_path) -> dict:
+    result = run_with_env({"PORTAL_VAR_DIR": str(tmp_path), **env})
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_defaults_need_no_services(tmp_path):
+    found = settings_with({}, tmp_path)
+    assert found["debug"] is True
+    assert found["engine"] == "django.db.backends.sqlite3"
+    assert found["name"] == str(tmp_path / "portal.sqlite3")
+    assert found["broker"] == "filesystem://"
+    assert found["transport"]["data_folder_in"] == str(tmp_path / "broker" / "queue")
+    assert found["provider"] == "simulated"
+
+
+def test_every_setting_is_read_from_the_environment(tmp_path):
+    found = settings_with(
+        {
+            "DATABASE_URL": "postgres://portal:pw@db.internal:5433/portal",
+            "CELERY_BROKER_URL": "redis://cache.internal:6379/2",
+            "PORTAL_PROVIDER": "ec2",
+            "DJANGO_SECRET_KEY": "k" * 64,
+            "DJANGO_DEBUG": "0",
+            "DJANGO_ALLOWED_HOSTS": "gpu.example.org, portal.example.org",
+        },
+        tmp_path,
+    )
+    assert found["engine"] == "django.db.backends.postgresql"
+    assert found["name"] == "portal"
+    assert found["broker"] == "redis://cache.internal:6379/2"
+    assert found["transport"]["visibility_timeout"] >= 3600
+    assert found["provider"] == "ec2"
+    assert found["secret"] == "k" * 64
+    assert found["debug"] is False
+    assert found["hosts"] == ["gpu.example.org", "portal.example.org"]
+    assert found["ssl_redirect"] is True
+    assert found["storage"] == "whitenoise.storage.CompressedManifestStaticFilesStorage"
+
+
+def test_production_without_a_secret_key_refuses_to_start_and_names_it(tmp_path):
+    result = run_with_env({"DJANGO_DEBUG": "0", "PORTAL_VAR_DIR": str(tmp_path)})
+    assert result.returncode != 0
+    assert "DJANGO_SECRET_KEY is not set" in result.stderr
+
+
+def test_a_malformed_boolean_is_refused_with_its_name(tmp_path):
+    result = run_with_env({"DJANGO_DEBUG": "maybe", "PORTAL_VAR_DIR": str(tmp_path)})
+    assert result.returncode != 0
+    assert "DJANGO_DEBUG must be 1 or 0" in result.stderr
+
+
+def test_production_settings_pass_the_deploy_checklist(tmp_path):
+    code = (
+        "import django, sys; django.setup(); from django.core.management import call_command; "
+        "call_command('check', deploy=True, fail_level='WARNING')"
+    )
+    result = run_with_env(
+        {
+            "DJANGO_DEBUG": "0",
+            "DJANGO_SECRET_KEY": "a-long-random-production-secret-" + "x" * 40,
+            "PORTAL_VAR_DIR": str(tmp_path),
+        },
+        code,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "identified no issues" in result.stdout + result.stderr or not result.stderr.strip()
+
+
+def test_env_example_documents_every_variable_settings_read():
+    from portal import env
+
+    documented = {
+        line.split("=", 1)[0].lstrip("# ").strip()
+        for line in (ROOT / ".env.example").read_text().splitlines()
+        if "=" in line and not line.startswith("##")
+    }
+    missing = sorted(env.READ - documented)
+    assert not missing, f".env.example lacks {missing}"
+
+
+@pytest.mark.parametrize("name", ["DATABASE_URL", "CELERY_BROKER_URL", "PORTAL_PROVIDER"])
+def test_readme_settings_table_names_the_main_variables(name):
+    assert f"`{name}`" in (ROOT / "README.md").read_text()

@@ -25,7 +25,7 @@ run: install
 	@echo ""
 	@echo "  GPU Portal: http://127.0.0.1:$(PORTAL_PORT)/   (Ctrl-C stops web, worker and beat)"
 	@echo ""
-	$(VENV)/bin/honcho --procfile Procfile --app-root . start
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/honcho --procfile Procfile --app-root . start
 
 test: install
 	$(PY) -m pytest

@@ -59,3 +59,7 @@ class Command(BaseCommand):
             f"Demo people: {len(PEOPLE)} ({len(created_users)} new); "
             f"projects: {', '.join(projects)}."
         )
+        self.stdout.write(f"\n  Demo logins (password: {settings.PORTAL_DEMO_PASSWORD})")
+        for username, _, _, role, memberships in PEOPLE:
+            where = ", ".join(f"{slug} {kind}" for slug, kind in memberships) or "all projects"
+            self.stdout.write(f"    {username:<6} {role.label:<11} {where}")

@@ -7,6 +7,7 @@ from datetime import timedelta
 from django.db import transaction
 from django.db.models import Max
 
+from audit.services import audit_record_system
 from billing.models import SpotPrice
 from instances.models import InstanceType
 from instances.providers import get_provider
@@ -54,5 +55,9 @@ def spot_prices_refresh() -> int:
     for name, quote in latest.items():
         instance_type_record_spot_price(
             instance_type_id=types[name].pk, price_per_hour=quote.price_per_hour, at=quote.at
+        )
+    if added:
+        audit_record_system(
+            name="refresh_spot_prices", action="record", summary={"observations": added}
         )
     return added

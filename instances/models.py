@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import uuid
 from decimal import Decimal
 
 from django.conf import settings
 from django.core.validators import MinValueValidator
 from django.db import models
+from django.utils import timezone
 
 MONEY = {"max_digits": 14, "decimal_places": 6}
 
@@ -107,6 +109,7 @@ class Image(models.Model):
     provider_image_ids = models.JSONField(
         default=dict, help_text="Image id per region, e.g. {'us-east-1': 'ami-...'}"
     )
+    ssh_user = models.CharField(max_length=32, default="ubuntu")
     is_active = models.BooleanField(default=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -121,3 +124,270 @@ class Image(models.Model):
 
     def image_id_for(self, region: str) -> str | None:
         return self.provider_image_ids.get(region)
+
+
+class Market(models.TextChoices):
+    ON_DEMAND = "on_demand", "On-demand"
+    SPOT = "spot", "Spot"
+
+
+class InterruptionPolicy(models.TextChoices):
+    NOTIFY = "notify", "Notify me"
+    RELAUNCH_SPOT = "relaunch_spot", "Relaunch on spot"
+    FALLBACK_ON_DEMAND = "fallback_on_demand", "Fall back to on-demand"
+
+
+class ProjectScopedQuerySet(models.QuerySet):
+    """Rows that belong to a project: admins and finance read all, researchers their projects'."""
+
+    def for_user(self, user):
+        if not user.is_authenticated:
+            return self.none()
+        if user.sees_everything:
+            return self.all()
+        return self.filter(project__memberships__user=user)
+
+
+class Order(models.Model):
+    """A researcher's request for ``count`` hosts of one type, image and market."""
+
+    class Status(models.TextChoices):
+        PENDING_APPROVAL = "pending_approval", "Waiting for approval"
+        APPROVED = "approved", "Approved"
+        PLACED = "placed", "Placed"
+        REJECTED = "rejected", "Rejected"
+        EXPIRED = "expired", "Expired"
+
+    # Orders that need no approval are placed at once; the others wait for a decision.
+    ALLOWED: dict[str, frozenset[str]] = {
+        Status.PENDING_APPROVAL: frozenset({Status.APPROVED, Status.REJECTED, Status.EXPIRED}),
+        Status.APPROVED: frozenset(),
+        Status.PLACED: frozenset(),
+        Status.REJECTED: frozenset(),
+        Status.EXPIRED: frozenset(),
+    }
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    requester = models.ForeignKey("portal.User", on_delete=models.PROTECT, related_name="orders")
+    project = models.ForeignKey("portal.Project", on_delete=models.PROTECT, related_name="orders")
+    instance_type = models.ForeignKey(InstanceType, on_delete=models.PROTECT, related_name="+")
+    image = models.ForeignKey(Image, on_delete=models.PROTECT, related_name="+")
+    market = models.CharField(max_length=16, choices=Market.choices)
+    count = models.PositiveSmallIntegerField()
+    lease_hours = models.PositiveIntegerField()
+    region = models.CharField(max_length=32)
+    ssh_public_key = models.TextField()
+    ssh_key_fingerprint = models.CharField(max_length=64)
+    max_spot_price = models.DecimalField(**MONEY, null=True, blank=True)
+    interruption_policy = models.CharField(
+        max_length=24, choices=InterruptionPolicy.choices, blank=True
+    )
+    # Price per host-hour when the order was placed (spot: the spot price then), for estimates.
+    quoted_price_per_hour = models.DecimalField(**MONEY)
+    status = models.CharField(max_length=24, choices=Status.choices, default=Status.PLACED)
+    approval_reason = models.CharField(
+        max_length=300, blank=True, help_text="Why the order needs approval"
+    )
+    decided_by = models.ForeignKey(
+        "portal.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_reason = models.CharField(max_length=500, blank=True)
+    idempotency_key = models.CharField(max_length=255, blank=True)
+    request_fingerprint = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = ProjectScopedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["requester", "idempotency_key"],
+                condition=~models.Q(idempotency_key=""),
+                name="order_unique_idempotency_key",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.count}× {self.instance_type} ({self.market}) for {self.project}"
+
+    @property
+    def gpu_count(self) -> int:
+        return self.count * self.instance_type.gpu_count
+
+    @property
+    def price_per_hour(self):
+        return self.quoted_price_per_hour * self.count
+
+
+class OrderEvent(models.Model):
+    """One status move of an order (approval, rejection, expiry), with who and why."""
+
+    order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="events")
+    old_status = models.CharField(max_length=24, blank=True)
+    new_status = models.CharField(max_length=24)
+    reason = models.CharField(max_length=500, blank=True)
+    at = models.DateTimeField(default=timezone.now)
+    actor = models.CharField(max_length=150)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"order {self.order_id}: {self.old_status or '∅'} → {self.new_status}"
+
+
+class Instance(models.Model):
+    """One host of an order, from request to termination. Only instance_transition() writes
+    ``status``; every move leaves an InstanceEvent."""
+
+    class Status(models.TextChoices):
+        REQUESTED = "requested", "Requested"
+        PROVISIONING = "provisioning", "Provisioning"
+        RUNNING = "running", "Running"
+        STOPPING = "stopping", "Stopping"
+        STOPPED = "stopped", "Stopped"
+        STARTING = "starting", "Starting"
+        TERMINATING = "terminating", "Terminating"
+        TERMINATED = "terminated", "Terminated"
+        FAILED = "failed", "Failed"
+        INTERRUPTED = "interrupted", "Interrupted"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="instances")
+    project = models.ForeignKey(
+        "portal.Project", on_delete=models.PROTECT, related_name="instances"
+    )
+    owner = models.ForeignKey("portal.User", on_delete=models.PROTECT, related_name="instances")
+    instance_type = models.ForeignKey(InstanceType, on_delete=models.PROTECT, related_name="+")
+    image = models.ForeignKey(Image, on_delete=models.PROTECT, related_name="+")
+    market = models.CharField(max_length=16, choices=Market.choices)
+    region = models.CharField(max_length=32)
+    status = models.CharField(
+        max_length=16, choices=Status.choices, default=Status.REQUESTED, db_index=True
+    )
+    status_reason = models.CharField(max_length=500, blank=True)
+    status_changed_at = models.DateTimeField(default=timezone.now)
+    # Stored before the first launch call so that every retry sends the same token.
+    client_token = models.CharField(max_length=64, unique=True)
+    cloud_id = models.CharField(max_length=64, null=True, blank=True, unique=True)
+    availability_zone = models.CharField(max_length=32, blank=True)
+    public_ip = models.GenericIPAddressField(null=True, blank=True)
+    private_ip = models.GenericIPAddressField(null=True, blank=True)
+    launched_at = models.DateTimeField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    last_seen_at = models.DateTimeField(
+        null=True, blank=True, help_text="Last time the cloud reported this host alive"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = ProjectScopedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "id"]
+        indexes = [
+            models.Index(fields=["project", "status"]),
+            models.Index(fields=["status", "status_changed_at"]),
+        ]
+
+    LIVE = frozenset(
+        {
+            Status.REQUESTED,
+            Status.PROVISIONING,
+            Status.RUNNING,
+            Status.STOPPING,
+            Status.STOPPED,
+            Status.STARTING,
+            Status.TERMINATING,
+            Status.INTERRUPTED,
+        }
+    )
+    MOVING = frozenset({Status.PROVISIONING, Status.STOPPING, Status.STARTING, Status.TERMINATING})
+    # The legal moves (DESIGN rule 3). Any live status may also end in `terminated` when the
+    # cloud says the host is gone (the reconciler's ghosts).
+    ALLOWED: dict[str, frozenset[str]] = {
+        Status.REQUESTED: frozenset({Status.PROVISIONING, Status.TERMINATING, Status.FAILED}),
+        Status.PROVISIONING: frozenset(
+            {Status.RUNNING, Status.FAILED, Status.TERMINATING, Status.TERMINATED}
+        ),
+        Status.RUNNING: frozenset(
+            {Status.STOPPING, Status.TERMINATING, Status.INTERRUPTED, Status.TERMINATED}
+        ),
+        Status.STOPPING: frozenset({Status.STOPPED, Status.TERMINATING, Status.TERMINATED}),
+        Status.STOPPED: frozenset({Status.STARTING, Status.TERMINATING, Status.TERMINATED}),
+        Status.STARTING: frozenset({Status.RUNNING, Status.TERMINATING, Status.TERMINATED}),
+        Status.TERMINATING: frozenset({Status.TERMINATED}),
+        Status.INTERRUPTED: frozenset({Status.TERMINATING, Status.TERMINATED}),
+        Status.TERMINATED: frozenset(),
+        Status.FAILED: frozenset(),
+    }
+
+    def __str__(self) -> str:
+        return f"{self.instance_type} {self.id} ({self.status})"
+
+    @property
+    def is_live(self) -> bool:
+        return self.status in self.LIVE
+
+    @property
+    def tag(self) -> str:
+        return str(self.id)
+
+
+class InstanceEvent(models.Model):
+    """One status move of an instance: from, to, why, when (the cloud's time) and who."""
+
+    instance = models.ForeignKey(Instance, on_delete=models.CASCADE, related_name="events")
+    old_status = models.CharField(max_length=16, blank=True)
+    new_status = models.CharField(max_length=16)
+    reason = models.CharField(max_length=500, blank=True)
+    at = models.DateTimeField(help_text="When it happened, by the cloud's clock where known")
+    recorded_at = models.DateTimeField(auto_now_add=True)
+    actor = models.CharField(max_length=150, help_text="user:<name> or system:<task>")
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [models.Index(fields=["instance", "at"])]
+
+    def __str__(self) -> str:
+        return f"{self.instance_id}: {self.old_status or '∅'} → {self.new_status} at {self.at}"
+
+
+class SimulatedHost(models.Model):
+    """A host in the simulated cloud. This is the cloud's state, not the portal's: only the
+    simulated provider (and its chaos commands) write it."""
+
+    class State(models.TextChoices):
+        PENDING = "pending"
+        RUNNING = "running"
+        STOPPING = "stopping"
+        STOPPED = "stopped"
+        SHUTTING_DOWN = "shutting-down"
+        TERMINATED = "terminated"
+
+    cloud_id = models.CharField(max_length=32, unique=True)
+    client_token = models.CharField(max_length=64, unique=True)
+    params_digest = models.CharField(max_length=64)
+    portal_instance = models.CharField(max_length=64, blank=True, db_index=True)
+    tags = models.JSONField(default=dict)
+    instance_type = models.CharField(max_length=64)
+    image_id = models.CharField(max_length=64)
+    market = models.CharField(max_length=16)
+    max_spot_price = models.DecimalField(**MONEY, null=True, blank=True)
+    region = models.CharField(max_length=32)
+    availability_zone = models.CharField(max_length=32)
+    private_ip = models.GenericIPAddressField()
+    public_ip = models.GenericIPAddressField()
+    state = models.CharField(max_length=16, choices=State.choices)
+    state_reason = models.CharField(max_length=200, blank=True)
+    state_changed_at = models.DateTimeField()
+    # A moving state (pending, stopping, shutting-down) settles at this time.
+    settles_at = models.DateTimeField(null=True, blank=True)
+    launched_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["launched_at", "cloud_id"]
+
+    def __str__(self) -> str:
+        return f"{self.cloud_id} {self.instance_type} {self.state}"

@@ -2,11 +2,29 @@
 
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+import json
+import uuid
+from datetime import timedelta
 
+from django import forms
+from django.conf import settings
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.db.models import Q
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from instances import services
+from instances.api_orders import events_prefetch, ssh_command
 from instances.filters import CatalogFilter
-from instances.models import Image, InstanceType
+from instances.models import Image, Instance, InstanceType, InterruptionPolicy, Market, Order
+from instances.usage import cost_so_far, running_seconds
+from portal.errors import Forbidden, PortalError
+from portal.models import Project
+from portal.views import forbidden
 
 SORTS = [
     ("price", "Price per hour, low to high"),
@@ -43,5 +61,279 @@ def catalog(request: HttpRequest) -> HttpResponse:
         "selected_models": filterset.data.getlist("gpu_model"),
         "sorts": SORTS,
         "total": offered.count(),
+        "can_order": services.can_order(request.user),
     }
     return render(request, "instances/catalog.html", context, status=200 if valid else 400)
+
+
+# --- ordering ------------------------------------------------------------------------------------
+
+
+class OrderForm(forms.Form):
+    """The order page's form; the service does the real validation and names the fields."""
+
+    project = forms.ChoiceField()
+    image = forms.ChoiceField()
+    market = forms.ChoiceField(choices=Market.choices, widget=forms.RadioSelect)
+    count = forms.IntegerField(min_value=1, initial=1)
+    lease_hours = forms.IntegerField(min_value=1)
+    ssh_public_key = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}))
+    max_spot_price = forms.DecimalField(required=False, max_digits=14, decimal_places=6)
+    interruption_policy = forms.ChoiceField(
+        choices=InterruptionPolicy.choices, required=False, initial=InterruptionPolicy.NOTIFY
+    )
+
+    def __init__(self, *args, user, instance_type: InstanceType, **kwargs):
+        super().__init__(*args, **kwargs)
+        projects = Project.objects.for_user(user)
+        if not user.is_portal_admin:
+            projects = projects.filter(memberships__user=user)
+        self.fields["project"].choices = [(p.slug, f"{p.name} ({p.slug})") for p in projects]
+        self.fields["image"].choices = [
+            (
+                image.name,
+                f"TensorFlow {image.tensorflow_version} · CUDA {image.cuda_version} · "
+                f"cuDNN {image.cudnn_version} · Python {image.python_version}",
+            )
+            for image in instance_type.compatible_images()
+        ]
+        self.fields["lease_hours"].max_value = settings.PORTAL_LEASE_MAX_HOURS
+        self.fields["count"].max_value = settings.PORTAL_ORDER_MAX_COUNT
+        if not instance_type.spot_offered:
+            self.fields["market"].choices = [(Market.ON_DEMAND, Market.ON_DEMAND.label)]
+
+
+def _estimate_context(instance_type: InstanceType, data) -> dict:
+    def number(name: str, default: int) -> int:
+        try:
+            return max(1, int(data.get(name) or default))
+        except (TypeError, ValueError):
+            return default
+
+    market = data.get("market") if data.get("market") in Market.values else Market.ON_DEMAND
+    count = min(number("count", 1), settings.PORTAL_ORDER_MAX_COUNT)
+    lease = min(
+        number("lease_hours", settings.PORTAL_LEASE_DEFAULT_HOURS), settings.PORTAL_LEASE_MAX_HOURS
+    )
+    estimate = services.order_estimate(
+        instance_type=instance_type, market=market, count=count, lease_hours=lease
+    )
+    on_demand = services.order_estimate(
+        instance_type=instance_type, market=Market.ON_DEMAND, count=count, lease_hours=lease
+    )
+    return {
+        "estimate": estimate,
+        "count": count,
+        "lease_hours": lease,
+        "market": market,
+        "gpu_hours": count * lease * instance_type.gpu_count,
+        "saving": on_demand.per_lease - estimate.per_lease,
+        "t": instance_type,
+    }
+
+
+def order_page(request: HttpRequest, name: str) -> HttpResponse:
+    """Order hosts of one catalog type: the form, the live estimate, and the submit."""
+    instance_type = get_object_or_404(InstanceType.objects.offered(), name=name)
+    if not services.can_order(request.user):
+        return forbidden(request, "Finance can read hosts and costs but cannot order hosts.")
+    last = Order.objects.filter(requester=request.user).order_by("-created_at").first()
+    initial = {
+        "market": Market.SPOT
+        if request.GET.get("market") == "spot" and instance_type.spot_offered
+        else Market.ON_DEMAND,
+        "lease_hours": settings.PORTAL_LEASE_DEFAULT_HOURS,
+        "ssh_public_key": last.ssh_public_key if last else "",
+        "project": last.project.slug if last else None,
+    }
+    form = OrderForm(
+        request.POST or None, user=request.user, instance_type=instance_type, initial=initial
+    )
+    status = 200
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            order, _ = services.order_submit(
+                requester=request.user,
+                project=Project.objects.get(slug=data["project"]),
+                instance_type=instance_type,
+                image=Image.objects.get(name=data["image"]),
+                market=data["market"],
+                count=data["count"],
+                lease_hours=data["lease_hours"],
+                ssh_public_key=data["ssh_public_key"],
+                max_spot_price=data["max_spot_price"] if data["market"] == Market.SPOT else None,
+                interruption_policy=data["interruption_policy"]
+                if data["market"] == Market.SPOT
+                else "",
+            )
+        except ValidationError as error:
+            for field_name, problems in error.error_dict.items():
+                for problem in problems:
+                    form.add_error(field_name if field_name in form.fields else None, problem)
+        except PortalError as error:
+            form.add_error(None, error.message)
+        else:
+            messages.success(
+                request,
+                f"Ordered {order.count}× {instance_type.name} ({order.get_market_display()}) "
+                f"for {order.project.slug}. Provisioning has started.",
+            )
+            return redirect(f"{reverse('hosts')}?order={order.pk}")
+    if request.method == "POST":
+        status = 400
+    source = (
+        request.POST
+        if request.method == "POST"
+        else {key: value for key, value in initial.items() if value is not None}
+    )
+    context = {
+        "t": instance_type,
+        "form": form,
+        "images": instance_type.compatible_images(),
+        **_estimate_context(instance_type, source),
+    }
+    return render(request, "instances/order.html", context, status=status)
+
+
+def order_estimate_partial(request: HttpRequest, name: str) -> HttpResponse:
+    """The estimate panel, re-rendered by htmx as the form changes."""
+    instance_type = get_object_or_404(InstanceType.objects.offered(), name=name)
+    return render(
+        request, "instances/_estimate.html", _estimate_context(instance_type, request.GET)
+    )
+
+
+# --- hosts ---------------------------------------------------------------------------------------
+
+
+def _hosts_queryset(request: HttpRequest):
+    rows = (
+        Instance.objects.for_user(request.user)
+        .select_related("project", "owner", "instance_type", "image", "order")
+        .prefetch_related(events_prefetch())
+        .distinct()
+    )
+    scope = request.GET.get("scope", "mine")
+    if scope == "mine":
+        rows = rows.filter(owner=request.user)
+    if request.GET.get("order"):
+        try:
+            rows = rows.filter(order_id=uuid.UUID(request.GET["order"]))
+        except ValueError:
+            rows = rows.none()
+    if request.GET.get("ended") != "1":
+        recent = timezone.now() - timedelta(minutes=30)
+        rows = rows.filter(Q(status__in=Instance.LIVE) | Q(status_changed_at__gte=recent))
+    return rows.order_by("-created_at")
+
+
+def _host_rows(request: HttpRequest) -> dict:
+    now = timezone.now()
+    hosts = []
+    managed = services.managed_project_ids(request.user)
+    for instance in _hosts_queryset(request)[:200]:
+        events = list(instance.events.all())
+        hosts.append(
+            {
+                "i": instance,
+                "running_seconds": running_seconds(events, now),
+                "cost": cost_so_far(instance, events, now),
+                "ssh": ssh_command(instance),
+                "can_act": services.instance_can_act(request.user, instance, managed),
+            }
+        )
+    return {
+        "hosts": hosts,
+        "moving": any(
+            h["i"].status in Instance.MOVING or h["i"].status == "requested" for h in hosts
+        ),
+        "query": request.GET.urlencode(),
+        "now": now,
+    }
+
+
+def hosts_page(request: HttpRequest) -> HttpResponse:
+    """My hosts: live status, running time, cost so far, connect, stop/start/terminate."""
+    context = {
+        **_host_rows(request),
+        "scope": request.GET.get("scope", "mine"),
+        "ended": request.GET.get("ended") == "1",
+        "order_id": request.GET.get("order", ""),
+    }
+    return render(request, "instances/hosts.html", context)
+
+
+def hosts_rows_partial(request: HttpRequest) -> HttpResponse:
+    return render(request, "instances/_host_rows.html", _host_rows(request))
+
+
+def _visible_instance(request: HttpRequest, pk) -> Instance:
+    return get_object_or_404(
+        Instance.objects.for_user(request.user)
+        .select_related("project", "owner", "instance_type", "image", "order")
+        .prefetch_related(events_prefetch())
+        .distinct(),
+        pk=pk,
+    )
+
+
+def _host_context(request: HttpRequest, instance: Instance) -> dict:
+    now = timezone.now()
+    events = list(instance.events.all())
+    return {
+        "i": instance,
+        "events": list(reversed(events)),
+        "running_seconds": running_seconds(events, now),
+        "cost": cost_so_far(instance, events, now),
+        "ssh": ssh_command(instance),
+        "can_act": services.instance_can_act(request.user, instance),
+        "moving": instance.status in Instance.MOVING or instance.status == "requested",
+    }
+
+
+def host_page(request: HttpRequest, pk) -> HttpResponse:
+    instance = _visible_instance(request, pk)
+    return render(request, "instances/host.html", _host_context(request, instance))
+
+
+def host_panel_partial(request: HttpRequest, pk) -> HttpResponse:
+    instance = _visible_instance(request, pk)
+    return render(request, "instances/_host_panel.html", _host_context(request, instance))
+
+
+ACTIONS = {
+    "stop": services.instance_request_stop,
+    "start": services.instance_request_start,
+    "terminate": services.instance_request_terminate,
+}
+
+
+@require_POST
+def host_action(request: HttpRequest, pk, verb: str) -> HttpResponse:
+    """Stop, start or terminate from a page; htmx gets the refreshed fragment back."""
+    instance = _visible_instance(request, pk)
+    if verb not in ACTIONS:
+        raise Http404
+    target = request.headers.get("HX-Target", "")
+    try:
+        ACTIONS[verb](instance=instance, user=request.user)
+    except PortalError as error:
+        if target:
+            response = HttpResponse(error.message, status=error.status)
+            response["HX-Reswap"] = "none"
+            response["HX-Trigger"] = json.dumps({"portal:error": error.message})
+            return response
+        if isinstance(error, Forbidden):
+            return forbidden(request, error.message)
+        messages.error(request, error.message)
+    else:
+        if not target:
+            messages.success(
+                request, f"{verb.capitalize()} requested for {instance.instance_type}."
+            )
+    if target == "host-panel":
+        return host_panel_partial(request, pk)
+    if target == "host-rows":
+        return hosts_rows_partial(request)
+    return redirect(request.POST.get("next") or reverse("host", args=[pk]))

@@ -38,6 +38,15 @@ def env_int(name: str, default: int) -> int:
         raise ImproperlyConfigured(f"{name} must be a whole number, not {raw!r}.") from None
 
 
+def env_float(name: str, default: float) -> float:
+    """For rates and durations; never for money."""
+    raw = env_str(name, str(default)).strip()
+    try:
+        return float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a number, not {raw!r}.") from None
+
+
 def env_list(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in env_str(name, default).split(",") if item.strip()]
 

@@ -79,3 +79,130 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} in {self.project} ({self.role})"
+
+
+class Quota(models.Model):
+    """Limits for a project, or for one member within it (``user`` set). Empty means no limit.
+
+    Usage is never stored: the instances app counts the live hosts under the project's lock, so
+    a host that ends, however it ends, stops counting exactly once.
+    """
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="quotas")
+    user = models.ForeignKey(
+        "portal.User", null=True, blank=True, on_delete=models.CASCADE, related_name="quotas"
+    )
+    max_gpus = models.PositiveIntegerField(null=True, blank=True, help_text="Live GPUs in total")
+    max_gpus_by_model = models.JSONField(
+        default=dict, blank=True, help_text='Live GPUs per GPU model, e.g. {"H100": 16}'
+    )
+    max_instances = models.PositiveIntegerField(null=True, blank=True)
+    max_lease_hours = models.PositiveIntegerField(null=True, blank=True)
+    allowed_instance_types = models.JSONField(
+        default=list, blank=True, help_text="Instance types allowed; empty allows all"
+    )
+    allowed_markets = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='Markets allowed per instance type, e.g. {"p5.48xlarge": ["spot"]}',
+    )
+    updated_by = models.ForeignKey(
+        "portal.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["project__slug", "user__username"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project"], condition=models.Q(user=None), name="quota_one_per_project"
+            ),
+            models.UniqueConstraint(fields=["project", "user"], name="quota_one_per_member"),
+        ]
+
+    def __str__(self) -> str:
+        return f"quota {self.project}" + (f" / {self.user}" if self.user_id else "")
+
+
+class QuotaChange(models.Model):
+    """Who changed a quota, when, from what to what."""
+
+    quota = models.ForeignKey(Quota, on_delete=models.CASCADE, related_name="changes")
+    changed_by = models.ForeignKey(
+        "portal.User", null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    changed_at = models.DateTimeField(auto_now_add=True)
+    before = models.JSONField(default=dict)
+    after = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["-changed_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.quota} changed by {self.changed_by} at {self.changed_at:%Y-%m-%d %H:%M}"
+
+
+class ApprovalPolicy(models.Model):
+    """Which orders of a project need a human yes from an admin or a project manager."""
+
+    project = models.OneToOneField(
+        Project, on_delete=models.CASCADE, related_name="approval_policy"
+    )
+    gpus_above = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Orders for more GPUs than this need approval"
+    )
+    instance_types = models.JSONField(
+        default=list, blank=True, help_text="Orders for these types always need approval"
+    )
+    on_demand_price_above = models.DecimalField(
+        max_digits=14,
+        decimal_places=6,
+        null=True,
+        blank=True,
+        help_text="On-demand orders above this price per hour (all hosts) need approval",
+    )
+    expire_after_days = models.PositiveIntegerField(default=3)
+    updated_by = models.ForeignKey(
+        "portal.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"approval policy of {self.project}"
+
+
+class Notice(models.Model):
+    """A message for one user in the portal (and by email): approvals, refusals, budgets."""
+
+    user = models.ForeignKey("portal.User", on_delete=models.CASCADE, related_name="notices")
+    subject = models.CharField(max_length=200)
+    body = models.TextField(blank=True)
+    link = models.CharField(max_length=300, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    read_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["user", "read_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.user}: {self.subject}"
+
+
+class ApiToken(models.Model):
+    """A personal API token. Only its SHA-256 is stored; the secret is shown once."""
+
+    user = models.ForeignKey("portal.User", on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, help_text="The first characters, to recognise it")
+    digest = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.user} token {self.prefix}… ({self.name})"

@@ -8,10 +8,15 @@ input had fields.
 from __future__ import annotations
 
 from django.core.exceptions import PermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 from rest_framework import exceptions
 from rest_framework.pagination import PageNumberPagination
+from rest_framework.response import Response
+from rest_framework.serializers import as_serializer_error
 from rest_framework.views import exception_handler as drf_exception_handler
+
+from portal.errors import PortalError
 
 
 class Pagination(PageNumberPagination):
@@ -46,6 +51,13 @@ def _flatten(detail, prefix: str = "") -> dict[str, list[str]]:
 
 
 def exception_handler(exc, context):
+    if isinstance(exc, PortalError):
+        body = {"code": exc.code, "detail": exc.message}
+        if exc.field:
+            body["fields"] = {exc.field: [exc.message]}
+        return Response(body, status=exc.status)
+    if isinstance(exc, DjangoValidationError):
+        exc = exceptions.ValidationError(detail=as_serializer_error(exc))
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, PermissionDenied):

@@ -2,9 +2,27 @@
 
 from __future__ import annotations
 
-from django.db import transaction
+import hashlib
+import secrets
+from datetime import timedelta
 
-from portal.models import Membership, Project, User
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.mail import send_mail
+from django.db import transaction
+from django.utils import timezone
+
+from portal.errors import Forbidden
+from portal.models import (
+    ApiToken,
+    ApprovalPolicy,
+    Membership,
+    Notice,
+    Project,
+    Quota,
+    QuotaChange,
+    User,
+)
 
 
 @transaction.atomic
@@ -72,3 +90,188 @@ def membership_set(*, project: Project, user: User, role: str) -> Membership:
 @transaction.atomic
 def membership_remove(*, project: Project, user: User) -> None:
     Membership.objects.filter(project=project, user=user).delete()
+
+
+# --- quotas ----------------------------------------------------------------------------------
+
+QUOTA_FIELDS = (
+    "max_gpus",
+    "max_gpus_by_model",
+    "max_instances",
+    "max_lease_hours",
+    "allowed_instance_types",
+    "allowed_markets",
+)
+
+
+def _quota_values(quota: Quota) -> dict:
+    return {name: getattr(quota, name) for name in QUOTA_FIELDS}
+
+
+@transaction.atomic
+def quota_set(*, project: Project, actor: User, user: User | None = None, **values) -> Quota:
+    """Create or change a project's (or a member's) quota, recording who changed what.
+
+    Lowering a limit below what is in use is allowed: the project is then over its limit and
+    new orders are refused, but nothing running is touched.
+    """
+    unknown = set(values) - set(QUOTA_FIELDS)
+    if unknown:
+        raise ValidationError(
+            {name: "Not a quota field." for name in sorted(unknown)}, code="unknown_field"
+        )
+    if not actor.is_portal_admin:
+        raise Forbidden("Only admins change quotas.")
+    if user is not None and not project.memberships.filter(user=user).exists():
+        raise ValidationError(
+            {"member": f"{user.username} is not a member of {project.slug}."}, code="not_a_member"
+        )
+    # Lock the project row: quota changes and orders of one project are serialised.
+    Project.objects.select_for_update().get(pk=project.pk)
+    quota = Quota.objects.filter(project=project, user=user).first()
+    before = _quota_values(quota) if quota else {}
+    quota = quota or Quota(project=project, user=user)
+    for name, value in values.items():
+        setattr(quota, name, value)
+    quota.updated_by = actor
+    quota.full_clean()
+    _quota_validate(quota)
+    quota.save()
+    after = _quota_values(quota)
+    if after != before:
+        QuotaChange.objects.create(quota=quota, changed_by=actor, before=before, after=after)
+    return quota
+
+
+def _quota_validate(quota: Quota) -> None:
+    errors = {}
+    if not isinstance(quota.max_gpus_by_model, dict) or not all(
+        isinstance(k, str) and isinstance(v, int) and v >= 0
+        for k, v in quota.max_gpus_by_model.items()
+    ):
+        errors["max_gpus_by_model"] = 'Give GPU model → whole number, e.g. {"H100": 16}.'
+    if not isinstance(quota.allowed_instance_types, list) or not all(
+        isinstance(v, str) for v in quota.allowed_instance_types
+    ):
+        errors["allowed_instance_types"] = 'Give a list of type names, e.g. ["g5.xlarge"].'
+    markets = {"on_demand", "spot"}
+    if not isinstance(quota.allowed_markets, dict) or not all(
+        isinstance(v, list) and set(v) <= markets and v for v in quota.allowed_markets.values()
+    ):
+        errors["allowed_markets"] = (
+            'Give instance type → markets, e.g. {"p5.48xlarge": ["spot"]}; markets are '
+            "on_demand and spot."
+        )
+    if errors:
+        raise ValidationError(errors, code="invalid")
+
+
+@transaction.atomic
+def quota_delete(*, quota: Quota, actor: User) -> None:
+    if not actor.is_portal_admin:
+        raise Forbidden("Only admins change quotas.")
+    QuotaChange.objects.create(quota=quota, changed_by=actor, before=_quota_values(quota), after={})
+    quota.delete()
+
+
+@transaction.atomic
+def approval_policy_set(*, project: Project, actor: User, **values) -> ApprovalPolicy:
+    if (
+        not actor.is_portal_admin
+        and not project.memberships.filter(user=actor, role=Membership.Role.MANAGER).exists()
+    ):
+        raise Forbidden("Only admins and the project's managers change its approval policy.")
+    policy, _ = ApprovalPolicy.objects.get_or_create(project=project)
+    for name, value in values.items():
+        setattr(policy, name, value)
+    policy.updated_by = actor
+    policy.full_clean()
+    policy.save()
+    return policy
+
+
+# --- notices ---------------------------------------------------------------------------------
+
+
+def notice_send(*, user: User, subject: str, body: str = "", link: str = "") -> Notice:
+    """A notice in the portal, and an email once the transaction commits."""
+    notice = Notice.objects.create(user=user, subject=subject[:200], body=body, link=link)
+    if user.email:
+        transaction.on_commit(
+            lambda: send_mail(
+                subject=f"[GPU Portal] {subject}",
+                message=f"{body}\n\n{link}".strip(),
+                from_email=None,
+                recipient_list=[user.email],
+                fail_silently=True,
+            )
+        )
+    return notice
+
+
+def notices_mark_read(*, user: User, notice_ids: list[int] | None = None) -> int:
+    rows = Notice.objects.filter(user=user, read_at__isnull=True)
+    if notice_ids is not None:
+        rows = rows.filter(pk__in=notice_ids)
+    return rows.update(read_at=timezone.now())
+
+
+# --- API tokens ------------------------------------------------------------------------------
+
+TOKEN_PREFIX = "gpp_"  # noqa: S105 - a public marker, like GitHub's ghp_
+
+
+def token_digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+@transaction.atomic
+def token_issue(*, user: User, name: str, days: int | None = None) -> tuple[ApiToken, str]:
+    """Issue a token; return it with its secret, which is never stored and never shown again."""
+    days = settings.PORTAL_TOKEN_DEFAULT_DAYS if days is None else days
+    if not 1 <= days <= settings.PORTAL_TOKEN_MAX_DAYS:
+        raise ValidationError(
+            {"days": f"A token lives 1 to {settings.PORTAL_TOKEN_MAX_DAYS} days."},
+            code="out_of_range",
+        )
+    name = (name or "").strip()
+    if not name:
+        raise ValidationError({"name": "Name the token, e.g. 'laptop' or 'CI'."}, code="required")
+    secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token = ApiToken.objects.create(
+        user=user,
+        name=name[:100],
+        prefix=secret[: len(TOKEN_PREFIX) + 6],
+        digest=token_digest(secret),
+        expires_at=timezone.now() + timedelta(days=days),
+    )
+    return token, secret
+
+
+@transaction.atomic
+def token_revoke(*, token: ApiToken, actor: User) -> ApiToken:
+    if token.user_id != actor.pk and not actor.is_portal_admin:
+        raise Forbidden("You can revoke only your own tokens.")
+    if token.revoked_at is None:
+        ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(
+            revoked_at=timezone.now()
+        )
+        token.refresh_from_db()
+    return token
+
+
+def token_authenticate(secret: str) -> ApiToken | None:
+    """The live token for a secret, or None; records when it was last used (at most once a
+    minute, so an API client in a loop does not turn every read into a write)."""
+    token = (
+        ApiToken.objects.select_related("user")
+        .filter(digest=token_digest(secret), revoked_at__isnull=True)
+        .first()
+    )
+    now = timezone.now()
+    if token is None or token.expires_at <= now or not token.user.is_active:
+        return None
+    if token.last_used_at is None or token.last_used_at < now - timedelta(minutes=1):
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        token.last_used_at = now
+    return token

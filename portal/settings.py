@@ -7,11 +7,13 @@ cloud); production sets ``DJANGO_DEBUG=0`` and must then provide a secret key. S
 
 from __future__ import annotations
 
+import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
 
-from portal.env import env_bool, env_int, env_list, env_required, env_str
+from portal.env import env_bool, env_float, env_int, env_list, env_required, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("PORTAL_VAR_DIR", str(BASE_DIR / "var")))
@@ -38,6 +40,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_celery_beat",
+    "axes",
     "audit",
     "portal",
     "instances",
@@ -54,6 +57,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "portal.middleware.LoginRequiredMiddleware",
+    # Last: it turns a locked-out sign-in into the lockout answer (429).
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -69,6 +74,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "portal.context_processors.navigation",
             ],
         },
     },
@@ -86,9 +92,29 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # lock instead of failing at once, and take it at BEGIN so readers never upgrade mid-way.
     DATABASES["default"]["OPTIONS"] = {"timeout": 20, "transaction_mode": "IMMEDIATE"}
     DATABASES["default"]["CONN_MAX_AGE"] = 0
+    # A file, not memory, so that tests can run a real worker process against it; one per
+    # test run, so that two runs in one checkout never share it.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-{os.getpid()}.sqlite3")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_USER_MODEL = "portal.User"
+AUTHENTICATION_BACKENDS = [
+    # First, so that a locked-out username and address never reach the password check.
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+# Failed sign-ins (pages, admin and the token endpoint) are counted per username and address;
+# the sixth within the cool-off answers 429 with Retry-After, and the lock lifts by itself.
+# axes answers the failure that reaches the limit with the lockout: five failures pass, the
+# sixth is refused.
+AXES_FAILURE_LIMIT = 6
+AXES_COOLOFF_TIME = timedelta(minutes=15)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "portal.views.lockout"
+AXES_HTTP_RESPONSE_CODE = 429
+# The same address the audit log records: X-Forwarded-For believed only as far as our proxies.
+AXES_CLIENT_IP_CALLABLE = "audit.middleware.source_address"
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -96,7 +122,9 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "catalog"
+LOGIN_REDIRECT_URL = "dashboard"
+EMAIL_BACKEND = env_str("DJANGO_EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+DEFAULT_FROM_EMAIL = env_str("DJANGO_DEFAULT_FROM_EMAIL", "GPU Portal <portal@localhost>")
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -143,6 +171,7 @@ SESSION_COOKIE_AGE = 12 * 3600
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        "portal.authentication.BearerTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -156,6 +185,8 @@ REST_FRAMEWORK = {
         "rest_framework.renderers.BrowsableAPIRenderer",
     ],
     "COERCE_DECIMAL_TO_STRING": True,
+    # The token endpoint has its own limit, besides the per-account lockout.
+    "DEFAULT_THROTTLE_RATES": {"auth-token": env_str("PORTAL_TOKEN_RATE", "10/minute")},
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "GPU host portal API",
@@ -168,6 +199,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {
+        "InstanceStatusEnum": "instances.models.Instance.Status",
+        "OrderStatusEnum": "instances.models.Order.Status",
+    },
 }
 
 # Celery. The embedded default is kombu's filesystem transport under var/ (no services needed);
@@ -205,7 +240,19 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TIMEZONE = "UTC"
+CELERY_TASK_ROUTES = {
+    "instances.tasks.provision_instance": {"queue": "provisioning"},
+    "instances.tasks.start_instance": {"queue": "provisioning"},
+    "instances.tasks.stop_instance": {"queue": "provisioning"},
+    "instances.tasks.terminate_instance": {"queue": "provisioning"},
+}
 CELERY_BEAT_SCHEDULE = {
+    "reconcile-instances": {
+        "task": "instances.tasks.reconcile",
+        "schedule": env_int("PORTAL_RECONCILE_SECONDS", 30),
+    },
+    "expire-leases": {"task": "instances.tasks.expire_leases", "schedule": 60},
+    "expire-orders": {"task": "instances.tasks.expire_orders", "schedule": 3600},
     "refresh-spot-prices": {
         "task": "billing.tasks.refresh_spot_prices",
         "schedule": env_int("PORTAL_SPOT_PRICE_REFRESH_SECONDS", 300),
@@ -223,11 +270,42 @@ PORTAL_PRICE_FILE = Path(
     env_str("PORTAL_PRICE_FILE", str(BASE_DIR / "instances" / "catalog" / "prices.json"))
 )
 PORTAL_SIMULATED_SEED = env_int("PORTAL_SIMULATED_SEED", 7)
+# Seconds a simulated host takes to boot (stopping and terminating take a fraction of it).
+PORTAL_SIMULATED_BOOT_SECONDS = env_int("PORTAL_SIMULATED_BOOT_SECONDS", 6)
+# Seconds every simulated cloud call takes; the chaos tests raise it to widen crash windows.
+PORTAL_SIMULATED_API_LATENCY_SECONDS = env_float("PORTAL_SIMULATED_API_LATENCY_SECONDS", 0)
+# Chance per hour that the simulated market takes back a running spot host.
+PORTAL_SIMULATED_INTERRUPTIONS_PER_HOUR = env_float("PORTAL_SIMULATED_INTERRUPTIONS_PER_HOUR", 0)
 AWS_EC2_INSTANCE_TYPES = env_list(
     "AWS_EC2_INSTANCE_TYPES",
     "g5.xlarge,g6.xlarge,g6e.xlarge,p4d.24xlarge,p4de.24xlarge,p5.48xlarge,p5e.48xlarge",
 )
 AWS_ENDPOINT_URL = env_str("AWS_ENDPOINT_URL")
+PORTAL_EC2_SUBNET_ID = env_str("PORTAL_EC2_SUBNET_ID")
+PORTAL_EC2_SECURITY_GROUP_IDS = env_list("PORTAL_EC2_SECURITY_GROUP_IDS")
+PORTAL_EC2_INSTANCE_PROFILE = env_str("PORTAL_EC2_INSTANCE_PROFILE")
+PORTAL_EC2_KMS_KEY_ID = env_str("PORTAL_EC2_KMS_KEY_ID")
+PORTAL_EC2_ROOT_VOLUME_GB = env_int("PORTAL_EC2_ROOT_VOLUME_GB", 200)
+
+# Orders.
+PORTAL_LEASE_DEFAULT_HOURS = env_int("PORTAL_LEASE_DEFAULT_HOURS", 24)
+PORTAL_LEASE_MAX_HOURS = env_int("PORTAL_LEASE_MAX_HOURS", 168)
+PORTAL_ORDER_MAX_COUNT = env_int("PORTAL_ORDER_MAX_COUNT", 8)
+# Checks order_submit runs under the project lock, in order (quota, budget, ...); each is a
+# callable(order_request) that raises to refuse.
+ORDER_ADMISSION_CHECKS: list[str] = ["instances.quotas.quota_check"]
+# Days an order may wait for approval before it expires (a project's policy may say otherwise).
+PORTAL_APPROVAL_EXPIRY_DAYS = env_int("PORTAL_APPROVAL_EXPIRY_DAYS", 3)
+# Personal API tokens: default and longest lifetime, in days.
+PORTAL_TOKEN_DEFAULT_DAYS = env_int("PORTAL_TOKEN_DEFAULT_DAYS", 30)
+PORTAL_TOKEN_MAX_DAYS = env_int("PORTAL_TOKEN_MAX_DAYS", 90)
+
+# Provisioning: retries of transient cloud errors, and the reconciler's thresholds.
+PORTAL_PROVISION_MAX_RETRIES = env_int("PORTAL_PROVISION_MAX_RETRIES", 5)
+PORTAL_PROVISION_RETRY_BACKOFF_SECONDS = env_int("PORTAL_PROVISION_RETRY_BACKOFF_SECONDS", 5)
+PORTAL_RECONCILE_SECONDS = env_int("PORTAL_RECONCILE_SECONDS", 30)
+PORTAL_RECONCILE_STUCK_SECONDS = env_int("PORTAL_RECONCILE_STUCK_SECONDS", 120)
+PORTAL_ORPHAN_GRACE_SECONDS = env_int("PORTAL_ORPHAN_GRACE_SECONDS", 300)
 
 PORTAL_DEMO_PASSWORD = env_str("PORTAL_DEMO_PASSWORD", "gpu-demo-2026")
 
@@ -239,3 +317,57 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("PORTAL_LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
+
+# --- Audit log (issue 5) -------------------------------------------------------------------
+# First in the chain so it sees every answer, including other middleware's refusals; the
+# fault switch last, right before the view (tests only).
+MIDDLEWARE.insert(0, "audit.middleware.AuditMiddleware")
+MIDDLEWARE.append("audit.middleware.FaultInjectionMiddleware")
+# Off only to measure what audit costs (make bench); read on every request.
+PORTAL_AUDIT_ENABLED = env_bool("PORTAL_AUDIT_ENABLED", True)
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Audit makes every API read a write. SQLite's default journal syncs the disk on every
+    # commit (~1 ms here); in WAL mode with synchronous=NORMAL a commit is durable against a
+    # crash of the portal and only the last commits can be lost to a power cut, which suits
+    # the embedded default (production runs PostgreSQL). WAL also lets readers run alongside
+    # the writer, which web, worker and beat sharing one file need.
+    DATABASES["default"]["OPTIONS"]["init_command"] = (
+        "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL"
+    )
+# Safe requests under these paths are audited too; unsafe requests are audited everywhere.
+PORTAL_AUDIT_PATH_PREFIXES = ["/api/", "/admin/", "/audit/"]
+# ... except these, which serve code rather than data (the admin's JavaScript catalog).
+PORTAL_AUDIT_QUIET_PATHS = ["/admin/jsi18n/"]
+# Signs the chain's checkpoints (HMAC-SHA256). Not SECRET_KEY: rotating one must not touch
+# the other, and whoever can read one need not be able to forge the other.
+if DEBUG:
+    PORTAL_AUDIT_SIGNING_KEY = (
+        env_str("PORTAL_AUDIT_SIGNING_KEY") or "dev-only-audit-signing-key-never-use-in-production"
+    )
+else:
+    PORTAL_AUDIT_SIGNING_KEY = env_required("PORTAL_AUDIT_SIGNING_KEY", when="when DJANGO_DEBUG=0")
+PORTAL_AUDIT_SEAL_SECONDS = env_int("PORTAL_AUDIT_SEAL_SECONDS", 300)
+PORTAL_AUDIT_RETENTION_DAYS = env_int("PORTAL_AUDIT_RETENTION_DAYS", 400)
+PORTAL_AUDIT_S3_BUCKET = env_str("PORTAL_AUDIT_S3_BUCKET")
+PORTAL_AUDIT_S3_PREFIX = env_str("PORTAL_AUDIT_S3_PREFIX", "audit/")
+PORTAL_AUDIT_S3_ENDPOINT_URL = env_str("PORTAL_AUDIT_S3_ENDPOINT_URL")
+# How many reverse proxies of ours stand in front of the portal; X-Forwarded-For is believed
+# only that far, so a client cannot choose the source address recorded for it.
+PORTAL_TRUSTED_PROXIES = env_int("PORTAL_TRUSTED_PROXIES", 0)
+# Test-only: honour X-Portal-Fault headers that force a 500 (see audit.middleware).
+PORTAL_FAULT_INJECTION = env_bool("PORTAL_FAULT_INJECTION", False)
+if PORTAL_FAULT_INJECTION and not DEBUG:
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured("PORTAL_FAULT_INJECTION=1 is for tests; it must be 0 in production.")
+CELERY_BEAT_SCHEDULE.update(
+    {
+        "audit-seal": {
+            "task": "audit.tasks.seal_audit_chain",
+            "schedule": PORTAL_AUDIT_SEAL_SECONDS,
+        },
+        "audit-export": {"task": "audit.tasks.export_audit_log", "schedule": 3600},
+        "audit-retention": {"task": "audit.tasks.apply_audit_retention", "schedule": 86400},
+    }
+)
+# --- end of audit settings -------------------------------------------------------------------

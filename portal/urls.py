@@ -5,10 +5,14 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
+from audit.api import AuditEventViewSet
 from instances import views as instance_views
+from instances import views_governance as governance
 from instances.api import ImageViewSet, InstanceTypeViewSet
+from instances.api_orders import InstanceViewSet, OrderViewSet
+from instances.api_quotas import QuotaViewSet
 from portal import views
-from portal.api import ProjectViewSet
+from portal.api import ProjectViewSet, TokenViewSet
 
 
 class ApiDocsView(SpectacularSwaggerView):
@@ -21,13 +25,40 @@ router = DefaultRouter()
 router.register("instance-types", InstanceTypeViewSet, basename="instance-type")
 router.register("images", ImageViewSet, basename="image")
 router.register("projects", ProjectViewSet, basename="project")
+router.register("audit/events", AuditEventViewSet, basename="audit-event")
+router.register("orders", OrderViewSet, basename="order")
+router.register("instances", InstanceViewSet, basename="instance")
+router.register("quotas", QuotaViewSet, basename="quota")
+router.register("auth/tokens", TokenViewSet, basename="token")
 
 urlpatterns = [
     path("", views.home, name="home"),
     path("login/", views.LoginView.as_view(), name="login"),
     path("logout/", views.LogoutView.as_view(), name="logout"),
     path("health/", views.health, name="health"),
+    path("dashboard/", governance.dashboard, name="dashboard"),
+    path("approvals/", governance.approvals, name="approvals"),
+    path(
+        "approvals/<uuid:pk>/<str:decision>/",
+        governance.approval_decide,
+        name="approval-decide",
+    ),
+    path("quotas/", governance.quotas_page, name="quotas"),
+    path("quotas/<slug:slug>/", governance.quota_save, name="quota-save"),
+    path("account/tokens/", views.tokens_page, name="tokens"),
     path("catalog/", instance_views.catalog, name="catalog"),
+    path("catalog/<str:name>/order/", instance_views.order_page, name="order"),
+    path(
+        "catalog/<str:name>/estimate/",
+        instance_views.order_estimate_partial,
+        name="order-estimate-panel",
+    ),
+    path("hosts/", instance_views.hosts_page, name="hosts"),
+    path("hosts/rows/", instance_views.hosts_rows_partial, name="host-rows"),
+    path("hosts/<uuid:pk>/", instance_views.host_page, name="host"),
+    path("hosts/<uuid:pk>/panel/", instance_views.host_panel_partial, name="host-panel"),
+    path("hosts/<uuid:pk>/<str:verb>/", instance_views.host_action, name="host-action"),
+    path("", include("audit.urls")),
     path("admin/", admin.site.urls),
     path("api/v1/", include(router.urls)),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="api-schema"),

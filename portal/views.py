@@ -5,15 +5,20 @@ from __future__ import annotations
 import logging
 
 from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
+from django.core.exceptions import ValidationError
 from django.db import connection
-from django.http import HttpRequest, JsonResponse
-from django.shortcuts import redirect
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from portal.celery import app as celery_app
+from portal.models import ApiToken
+from portal.services import token_issue, token_revoke
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +32,13 @@ class LogoutView(auth_views.LogoutView):
     template_name = "portal/logged_out.html"
 
 
+def forbidden(request: HttpRequest, message: str) -> HttpResponse:
+    """A page a caller may see exists but is not theirs to use: 403 with the reason."""
+    return render(request, "portal/forbidden.html", {"message": message}, status=403)
+
+
 def home(request: HttpRequest):
-    return redirect("catalog")
+    return redirect("dashboard")
 
 
 def _database_ok() -> tuple[bool, str]:
@@ -70,3 +80,58 @@ def health(request: HttpRequest) -> JsonResponse:
     if failing:
         body["failing"] = failing
     return JsonResponse(body, status=200 if not failing else 503)
+
+
+def tokens_page(request: HttpRequest) -> HttpResponse:
+    """Create, list and revoke personal API tokens; a new token is shown once."""
+    issued = None
+    if request.method == "POST":
+        if "revoke" in request.POST:
+            token = get_object_or_404(ApiToken, pk=request.POST["revoke"], user=request.user)
+            token_revoke(token=token, actor=request.user)
+            messages.success(request, f"Revoked {token.name} ({token.prefix}…).")
+            return redirect("tokens")
+        try:
+            days = int(request.POST.get("days") or settings.PORTAL_TOKEN_DEFAULT_DAYS)
+        except ValueError:
+            days = -1
+        try:
+            token, secret = token_issue(
+                user=request.user, name=request.POST.get("name", ""), days=days
+            )
+        except ValidationError as error:
+            messages.error(request, " ".join(error.messages))
+        else:
+            issued = {"token": token, "secret": secret}
+    tokens = ApiToken.objects.filter(user=request.user)
+    response = render(
+        request,
+        "portal/tokens.html",
+        {
+            "tokens": tokens,
+            "issued": issued,
+            "now": timezone.now(),
+            "default_days": settings.PORTAL_TOKEN_DEFAULT_DAYS,
+            "max_days": settings.PORTAL_TOKEN_MAX_DAYS,
+        },
+    )
+    # The secret is on this page once: never let a browser or proxy keep a copy.
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+def lockout(request: HttpRequest, credentials: dict | None = None, *args) -> HttpResponse:
+    """What django-axes answers after too many failed sign-ins: 429 with Retry-After."""
+    retry = int(settings.AXES_COOLOFF_TIME.total_seconds())
+    message = (
+        f"Too many failed sign-ins for this account from your address. Try again in "
+        f"{retry // 60} minutes."
+    )
+    if request.path.startswith("/api/"):
+        response = JsonResponse({"code": "too_many_attempts", "detail": message}, status=429)
+    else:
+        response = render(
+            request, "portal/login.html", {"lockout": message, "form": None}, status=429
+        )
+    response["Retry-After"] = str(retry)
+    return response

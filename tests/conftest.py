@@ -124,3 +124,90 @@ def api_as(api):
         return api
 
     return sign_in
+
+
+ED25519 = (
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl alice@laptop"
+)
+
+
+@pytest.fixture(autouse=True)
+def _instant_cloud(settings):
+    """The simulated cloud boots hosts at once in tests (DESIGN: zero boot delay in tests)."""
+    settings.PORTAL_SIMULATED_BOOT_SECONDS = 0
+    settings.PORTAL_SIMULATED_API_LATENCY_SECONDS = 0
+
+
+@pytest.fixture
+def order_body():
+    """A valid order for one g5.xlarge in vision-lab, as the API takes it."""
+
+    def body(**overrides):
+        data = {
+            "project": "vision-lab",
+            "instance_type": "g5.xlarge",
+            "image": "tf-2.17-cuda12.3",
+            "market": "on_demand",
+            "count": 1,
+            "lease_hours": 8,
+            "ssh_public_key": ED25519,
+        }
+        data.update(overrides)
+        return {key: value for key, value in data.items() if value is not None}
+
+    return body
+
+
+@pytest.fixture
+def place_order(catalog, projects):
+    """Place an order through the service, as a view would."""
+    from instances import services
+    from instances.models import Image
+
+    def place(user, **overrides):
+        fields = {
+            "requester": user,
+            "project": projects["vision-lab"],
+            "instance_type": catalog["g5.xlarge"],
+            "image": Image.objects.get(name="tf-2.17-cuda12.3"),
+            "market": "on_demand",
+            "count": 1,
+            "lease_hours": 8,
+            "ssh_public_key": ED25519,
+        }
+        fields.update(overrides)
+        order, _ = services.order_submit(**fields)
+        return order
+
+    return place
+
+
+@pytest.fixture
+def running_host(place_order, alice):
+    """One of alice's g5.xlarge hosts, provisioned on the simulated cloud and running."""
+    from instances import services
+
+    def make(user=None, **overrides):
+        order = place_order(user or alice, **overrides)
+        instance = order.instances.get()
+        return services.instance_provision(instance_id=instance.pk)
+
+    return make
+
+
+@pytest.fixture
+def worker_process():
+    """Start a real Celery worker process on the test database; stopped after the test."""
+    from tests.workers import Worker, purge_queues
+
+    started = []
+
+    def start(**env: str):
+        purge_queues()
+        process = Worker(**env).start()
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.stop()

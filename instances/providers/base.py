@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 
@@ -54,6 +54,61 @@ class SpotPriceQuote:
     at: datetime
 
 
+class CloudState:
+    """EC2's instance states, which every provider reports in."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    SHUTTING_DOWN = "shutting-down"
+    TERMINATED = "terminated"
+    GONE = frozenset({SHUTTING_DOWN, TERMINATED})
+
+
+# Tag keys every cloud resource the portal creates carries (DESIGN rule 5).
+TAG_INSTANCE = "portal:instance"
+TAG_PROJECT = "portal:project"
+TAG_OWNER = "portal:owner"
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """Everything a launch needs; the same request with the same token is the same host."""
+
+    client_token: str
+    instance_uuid: str
+    instance_type: str
+    image_id: str
+    market: str
+    ssh_public_key: str
+    max_spot_price: Decimal | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CloudHost:
+    """A host as the cloud reports it."""
+
+    cloud_id: str
+    state: str
+    state_changed_at: datetime
+    instance_type: str
+    market: str
+    launched_at: datetime
+    tags: dict[str, str] = field(default_factory=dict)
+    state_reason: str = ""
+    availability_zone: str = ""
+    private_ip: str | None = None
+    public_ip: str | None = None
+    # True when the cloud ended a spot host to take its capacity back.
+    spot_interrupted: bool = False
+
+    @property
+    def instance_uuid(self) -> str:
+        return self.tags.get(TAG_INSTANCE, "")
+
+
 class Provider(abc.ABC):
     """A cloud. Implementations must be safe to call again with the same arguments."""
 
@@ -68,3 +123,28 @@ class Provider(abc.ABC):
         self, instance_types: Iterable[str], *, since: datetime | None = None
     ) -> list[SpotPriceQuote]:
         """Spot prices for the given types in the configured region, newest included."""
+
+    @abc.abstractmethod
+    def launch(self, request: LaunchRequest) -> CloudHost:
+        """Launch one host, idempotent by ``request.client_token``."""
+
+    @abc.abstractmethod
+    def describe(self, cloud_ids: Iterable[str]) -> dict[str, CloudHost]:
+        """The hosts the cloud still knows, by id; unknown ids are simply absent."""
+
+    @abc.abstractmethod
+    def find_tagged(self, instance_uuid: str | None = None) -> list[CloudHost]:
+        """Hosts that are not terminated and carry the portal's instance tag (optionally one
+        instance's): how the provisioner finds work a crashed worker already did."""
+
+    @abc.abstractmethod
+    def start(self, cloud_id: str) -> CloudHost:
+        """Start a stopped host; starting a running one changes nothing."""
+
+    @abc.abstractmethod
+    def stop(self, cloud_id: str) -> CloudHost:
+        """Stop a running host; stopping a stopped one changes nothing."""
+
+    @abc.abstractmethod
+    def terminate(self, cloud_id: str) -> CloudHost | None:
+        """Terminate a host; terminating a terminated or unknown one changes nothing."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import boto3
@@ -15,7 +15,11 @@ from django.conf import settings
 from django.utils import timezone
 
 from instances.providers.base import (
+    TAG_INSTANCE,
+    CloudHost,
+    CloudState,
     InstanceTypeSpec,
+    LaunchRequest,
     Provider,
     ProviderPermanentError,
     ProviderTransientError,
@@ -33,6 +37,11 @@ TRANSIENT_CODES = {
     "InternalError",
     "ServiceUnavailable",
     "Unavailable",
+}
+_REASON_TIME = re.compile(r"\((\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}) GMT\)")
+SPOT_INTERRUPTION_CODES = {
+    "Server.SpotInstanceTermination",
+    "Server.SpotInstanceShutdown",
 }
 _NETWORK = re.compile(r"(?P<burst>up to )?(?P<gbps>[\d.]+) gigabit", re.IGNORECASE)
 
@@ -133,3 +142,158 @@ class EC2Provider(Provider):
             )
             for row in rows
         ]
+
+    # --- hosts -------------------------------------------------------------------------------
+
+    def _call(self, operation: str, **params):
+        try:
+            return getattr(self.client, operation)(**params)
+        except (ClientError, BotoCoreError) as error:
+            raise translate(error) from error
+
+    def _root_device(self, image_id: str) -> str:
+        images = self._call("describe_images", ImageIds=[image_id])["Images"]
+        if not images:
+            raise ProviderPermanentError(
+                f"The image id '{image_id}' does not exist", code="InvalidAMIID.NotFound"
+            )
+        return images[0].get("RootDeviceName", "/dev/sda1")
+
+    def launch(self, request: LaunchRequest) -> CloudHost:
+        tags = [{"Key": key, "Value": value} for key, value in sorted(request.tags.items())]
+        tags.append({"Key": "Name", "Value": f"portal-{request.instance_uuid[:8]}"})
+        # cloud-init installs the researcher's key: no EC2 key pair per user to manage.
+        user_data = "#cloud-config\nssh_authorized_keys:\n  - " + request.ssh_public_key + "\n"
+        ebs = {
+            "VolumeSize": settings.PORTAL_EC2_ROOT_VOLUME_GB,
+            "VolumeType": "gp3",
+            "Encrypted": True,
+            "DeleteOnTermination": True,
+        }
+        if settings.PORTAL_EC2_KMS_KEY_ID:
+            ebs["KmsKeyId"] = settings.PORTAL_EC2_KMS_KEY_ID
+        params = {
+            "ClientToken": request.client_token,
+            "ImageId": request.image_id,
+            "InstanceType": request.instance_type,
+            "MinCount": 1,
+            "MaxCount": 1,
+            # botocore base64-encodes UserData for RunInstances itself; encoding it here too
+            # would hand cloud-init base64 text instead of a cloud-config.
+            "UserData": user_data,
+            "InstanceInitiatedShutdownBehavior": "terminate",
+            "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled"},
+            "BlockDeviceMappings": [
+                {"DeviceName": self._root_device(request.image_id), "Ebs": ebs}
+            ],
+            "TagSpecifications": [
+                {"ResourceType": "instance", "Tags": tags},
+                {"ResourceType": "volume", "Tags": tags},
+            ],
+        }
+        if settings.PORTAL_EC2_SUBNET_ID:
+            params["SubnetId"] = settings.PORTAL_EC2_SUBNET_ID
+        if settings.PORTAL_EC2_SECURITY_GROUP_IDS:
+            params["SecurityGroupIds"] = list(settings.PORTAL_EC2_SECURITY_GROUP_IDS)
+        if settings.PORTAL_EC2_INSTANCE_PROFILE:
+            key = "Arn" if settings.PORTAL_EC2_INSTANCE_PROFILE.startswith("arn:") else "Name"
+            params["IamInstanceProfile"] = {key: settings.PORTAL_EC2_INSTANCE_PROFILE}
+        if request.market == "spot":
+            spot = {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}
+            if request.max_spot_price is not None:
+                spot["MaxPrice"] = str(request.max_spot_price)
+            params["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": spot}
+        reply = self._call("run_instances", **params)
+        return self._host(reply["Instances"][0])
+
+    def _host(self, item: dict) -> CloudHost:
+        state = item["State"]["Name"]
+        reason = item.get("StateTransitionReason", "")
+        code = item.get("StateReason", {}).get("Code", "")
+        launched = item["LaunchTime"]
+        changed = launched
+        found = _REASON_TIME.search(reason)
+        if found:
+            changed = datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
+        elif state != CloudState.RUNNING:
+            changed = timezone.now()
+        return CloudHost(
+            cloud_id=item["InstanceId"],
+            state=state,
+            state_changed_at=changed,
+            instance_type=item["InstanceType"],
+            market="spot" if item.get("InstanceLifecycle") == "spot" else "on_demand",
+            launched_at=launched,
+            tags={tag["Key"]: tag["Value"] for tag in item.get("Tags", [])},
+            state_reason=code or reason,
+            availability_zone=item.get("Placement", {}).get("AvailabilityZone", ""),
+            private_ip=item.get("PrivateIpAddress"),
+            public_ip=item.get("PublicIpAddress"),
+            spot_interrupted=code in SPOT_INTERRUPTION_CODES,
+        )
+
+    def _instances(self, filters: list[dict]) -> list[CloudHost]:
+        try:
+            pages = self.client.get_paginator("describe_instances").paginate(Filters=filters)
+            return [
+                self._host(item)
+                for page in pages
+                for reservation in page["Reservations"]
+                for item in reservation["Instances"]
+            ]
+        except (ClientError, BotoCoreError) as error:
+            raise translate(error) from error
+
+    def describe(self, cloud_ids: Iterable[str]) -> dict[str, CloudHost]:
+        ids = list(cloud_ids)
+        if not ids:
+            return {}
+        # A filter (unlike InstanceIds=) leaves unknown ids out instead of failing the call.
+        hosts = self._instances([{"Name": "instance-id", "Values": ids}])
+        return {host.cloud_id: host for host in hosts}
+
+    def find_tagged(self, instance_uuid: str | None = None) -> list[CloudHost]:
+        live = [CloudState.PENDING, CloudState.RUNNING, CloudState.STOPPING, CloudState.STOPPED]
+        tag_filter = (
+            {"Name": f"tag:{TAG_INSTANCE}", "Values": [instance_uuid]}
+            if instance_uuid
+            else {"Name": "tag-key", "Values": [TAG_INSTANCE]}
+        )
+        return self._instances([tag_filter, {"Name": "instance-state-name", "Values": live}])
+
+    def _one(self, cloud_id: str) -> CloudHost:
+        found = self.describe([cloud_id]).get(cloud_id)
+        if found is None:
+            raise ProviderPermanentError(
+                f"The instance ID '{cloud_id}' does not exist", code="InvalidInstanceID.NotFound"
+            )
+        return found
+
+    def start(self, cloud_id: str) -> CloudHost:
+        host = self._one(cloud_id)
+        if host.state in CloudState.GONE:
+            # moto starts terminated hosts; EC2 refuses, and so does the portal.
+            raise ProviderPermanentError(
+                f"The instance '{cloud_id}' is not in a state from which it can be started.",
+                code="IncorrectInstanceState",
+            )
+        if host.state in (CloudState.STOPPED, CloudState.STOPPING):
+            self._call("start_instances", InstanceIds=[cloud_id])
+        return self._one(cloud_id)
+
+    def stop(self, cloud_id: str) -> CloudHost:
+        host = self._one(cloud_id)
+        if host.state in (CloudState.RUNNING, CloudState.PENDING):
+            self._call("stop_instances", InstanceIds=[cloud_id])
+        return self._one(cloud_id)
+
+    def terminate(self, cloud_id: str) -> CloudHost | None:
+        try:
+            self.client.terminate_instances(InstanceIds=[cloud_id])
+        except ClientError as error:
+            if error.response["Error"]["Code"] == "InvalidInstanceID.NotFound":
+                return None
+            raise translate(error) from error
+        except BotoCoreError as error:
+            raise translate(error) from error
+        return self.describe([cloud_id]).get(cloud_id)

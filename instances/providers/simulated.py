@@ -7,16 +7,34 @@ spot prices, boot delays and interruptions.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
+import json
 import math
+import time
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from django.conf import settings
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from instances.catalog import list_prices, simulated_cloud_rows
-from instances.providers.base import InstanceTypeSpec, Provider, SpotPriceQuote
+from instances.catalog import image_rows, list_prices, simulated_cloud_rows
+from instances.models import SimulatedHost
+from instances.providers.base import (
+    TAG_INSTANCE,
+    CloudHost,
+    CloudState,
+    InstanceTypeSpec,
+    LaunchRequest,
+    Provider,
+    ProviderPermanentError,
+    ProviderTransientError,
+    SpotPriceQuote,
+)
+
+SPOT_INTERRUPTION_REASON = "Server.SpotInstanceTermination: Spot Instance termination"
+INTERRUPTION_BUCKET = timedelta(minutes=10)
 
 SPOT_STEP = timedelta(minutes=10)
 SPOT_PERIOD_SECONDS = 6 * 3600
@@ -36,6 +54,9 @@ class SimulatedProvider(Provider):
     def __init__(self) -> None:
         self.region = settings.PORTAL_REGION
         self.seed = settings.PORTAL_SIMULATED_SEED
+        self.boot = timedelta(seconds=settings.PORTAL_SIMULATED_BOOT_SECONDS)
+        self.latency = settings.PORTAL_SIMULATED_API_LATENCY_SECONDS
+        self.interruptions_per_hour = settings.PORTAL_SIMULATED_INTERRUPTIONS_PER_HOUR
 
     def _rows(self) -> list[dict]:
         return simulated_cloud_rows()
@@ -96,3 +117,289 @@ class SimulatedProvider(Provider):
                 if at < start:
                     break
         return quotes
+
+    # --- hosts -------------------------------------------------------------------------------
+
+    def _call(self) -> None:
+        """A real cloud answers in tens or hundreds of milliseconds; the chaos tests widen the
+        window in which a worker can die between asking and recording."""
+        if self.latency:
+            time.sleep(self.latency)
+
+    @staticmethod
+    def _digest(request: LaunchRequest) -> str:
+        params = {
+            "instance_type": request.instance_type,
+            "image_id": request.image_id,
+            "market": request.market,
+            "max_spot_price": str(request.max_spot_price or ""),
+            "ssh_public_key": request.ssh_public_key,
+            "tags": request.tags,
+        }
+        return hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()
+
+    def _address(self, network: str, *parts: object) -> str:
+        net = ipaddress.ip_network(network)
+        offset = 1 + int(_unit_hash(self.seed, *parts) * (net.num_addresses - 2))
+        return str(net.network_address + offset)
+
+    def _spot_price_now(self, instance_type: str) -> Decimal | None:
+        price = list_prices(settings.PORTAL_PRICE_FILE).get(instance_type)
+        if price is None:
+            return None
+        return self.spot_price_at(instance_type, price.on_demand, timezone.now())
+
+    def _interrupted_at(self, host: SimulatedHost, now: datetime) -> datetime | None:
+        """The first 10-minute bucket in which the simulated market takes this host back."""
+        if host.market != "spot" or not self.interruptions_per_hour:
+            return None
+        chance = self.interruptions_per_hour * INTERRUPTION_BUCKET.total_seconds() / 3600
+        start = host.state_changed_at
+        bucket = 0
+        while start + INTERRUPTION_BUCKET * bucket < now:
+            at = start + INTERRUPTION_BUCKET * bucket
+            if _unit_hash(self.seed, host.cloud_id, "interrupt", bucket) < chance:
+                return max(at, start)
+            bucket += 1
+        return None
+
+    def _settle(self, host: SimulatedHost) -> SimulatedHost:
+        """Advance a host whose moving state has run its course, at the time it settled."""
+        now = timezone.now()
+        changes: dict = {}
+        if host.settles_at and host.settles_at <= now:
+            settled = {
+                SimulatedHost.State.PENDING: SimulatedHost.State.RUNNING,
+                SimulatedHost.State.STOPPING: SimulatedHost.State.STOPPED,
+                SimulatedHost.State.SHUTTING_DOWN: SimulatedHost.State.TERMINATED,
+            }.get(host.state)
+            if settled:
+                changes = {
+                    "state": settled,
+                    "state_changed_at": host.settles_at,
+                    "settles_at": None,
+                }
+        state = changes.get("state", host.state)
+        if state == SimulatedHost.State.RUNNING:
+            probe = SimulatedHost(
+                cloud_id=host.cloud_id,
+                market=host.market,
+                state_changed_at=changes.get("state_changed_at", host.state_changed_at),
+            )
+            interrupted = self._interrupted_at(probe, now)
+            if interrupted:
+                changes = {
+                    "state": SimulatedHost.State.TERMINATED,
+                    "state_changed_at": interrupted,
+                    "state_reason": SPOT_INTERRUPTION_REASON,
+                    "settles_at": None,
+                }
+        if changes:
+            # Conditional: two processes settling the same host apply the change once.
+            SimulatedHost.objects.filter(pk=host.pk, state=host.state).update(**changes)
+            host.refresh_from_db()
+        return host
+
+    @staticmethod
+    def _host(row: SimulatedHost) -> CloudHost:
+        return CloudHost(
+            cloud_id=row.cloud_id,
+            state=row.state,
+            state_changed_at=row.state_changed_at,
+            instance_type=row.instance_type,
+            market=row.market,
+            launched_at=row.launched_at,
+            tags=dict(row.tags),
+            state_reason=row.state_reason,
+            availability_zone=row.availability_zone,
+            private_ip=row.private_ip,
+            public_ip=row.public_ip if row.state != SimulatedHost.State.TERMINATED else None,
+            spot_interrupted=row.state_reason == SPOT_INTERRUPTION_REASON,
+        )
+
+    def launch(self, request: LaunchRequest) -> CloudHost:
+        self._call()
+        digest = self._digest(request)
+        existing = SimulatedHost.objects.filter(client_token=request.client_token).first()
+        if existing is not None:
+            return self._same_token(existing, digest)
+        offer = {row["name"]: row for row in self._rows()}.get(request.instance_type)
+        if offer is None or self.region not in offer["regions"]:
+            raise ProviderPermanentError(
+                f"The instance type {request.instance_type} is not offered in {self.region}.",
+                code="Unsupported",
+            )
+        known_images = {row["provider_image_ids"].get(self.region) for row in image_rows()}
+        if request.image_id not in known_images:
+            raise ProviderPermanentError(
+                f"The image id '{request.image_id}' does not exist in {self.region}.",
+                code="InvalidAMIID.NotFound",
+            )
+        if request.market == "spot":
+            if not offer["spot"]:
+                raise ProviderPermanentError(
+                    f"Spot is not offered for {request.instance_type}.", code="Unsupported"
+                )
+            price = self._spot_price_now(request.instance_type)
+            if request.max_spot_price is not None and price and request.max_spot_price < price:
+                raise ProviderPermanentError(
+                    f"Your max price {request.max_spot_price} is below the spot price {price}.",
+                    code="SpotMaxPriceTooLow",
+                )
+        live = (
+            SimulatedHost.objects.filter(instance_type=request.instance_type)
+            .exclude(state=SimulatedHost.State.TERMINATED)
+            .count()
+        )
+        if live >= offer["capacity"]:
+            raise ProviderTransientError(
+                f"We currently do not have sufficient {request.instance_type} capacity.",
+                code="InsufficientInstanceCapacity",
+            )
+        now = timezone.now()
+        cloud_id = "i-" + hashlib.sha256(request.client_token.encode()).hexdigest()[:17]
+        settles = now + self.boot if self.boot else None
+        try:
+            with transaction.atomic():
+                row = SimulatedHost.objects.create(
+                    cloud_id=cloud_id,
+                    client_token=request.client_token,
+                    params_digest=digest,
+                    portal_instance=request.tags.get(TAG_INSTANCE, ""),
+                    tags=request.tags,
+                    instance_type=request.instance_type,
+                    image_id=request.image_id,
+                    market=request.market,
+                    max_spot_price=request.max_spot_price,
+                    region=self.region,
+                    availability_zone=f"{self.region}a",
+                    private_ip=self._address("10.20.0.0/16", cloud_id),
+                    public_ip=self._address("198.51.100.0/24", cloud_id),
+                    state=SimulatedHost.State.PENDING if settles else SimulatedHost.State.RUNNING,
+                    state_changed_at=now,
+                    settles_at=settles,
+                    launched_at=now,
+                )
+        except IntegrityError:
+            # Another call with the same token won the race: answer as EC2 does, with its host.
+            existing = SimulatedHost.objects.get(client_token=request.client_token)
+            return self._same_token(existing, digest)
+        return self._host(row)
+
+    def _same_token(self, existing: SimulatedHost, digest: str) -> CloudHost:
+        if existing.params_digest != digest:
+            raise ProviderPermanentError(
+                "The client token was already used with other parameters.",
+                code="IdempotentParameterMismatch",
+            )
+        return self._host(self._settle(existing))
+
+    def describe(self, cloud_ids: Iterable[str]) -> dict[str, CloudHost]:
+        self._call()
+        rows = SimulatedHost.objects.filter(cloud_id__in=list(cloud_ids))
+        return {row.cloud_id: self._host(self._settle(row)) for row in rows}
+
+    def find_tagged(self, instance_uuid: str | None = None) -> list[CloudHost]:
+        self._call()
+        # Live as EC2's find_tagged filters it: a host shutting down is already gone, and the
+        # provisioner must launch a new one rather than adopt it.
+        rows = SimulatedHost.objects.exclude(portal_instance="").exclude(state__in=CloudState.GONE)
+        if instance_uuid is not None:
+            rows = rows.filter(portal_instance=instance_uuid)
+        hosts = [self._host(self._settle(row)) for row in rows]
+        return [host for host in hosts if host.state not in CloudState.GONE]
+
+    def _get(self, cloud_id: str) -> SimulatedHost:
+        row = SimulatedHost.objects.filter(cloud_id=cloud_id).first()
+        if row is None:
+            raise ProviderPermanentError(
+                f"The instance ID '{cloud_id}' does not exist", code="InvalidInstanceID.NotFound"
+            )
+        return self._settle(row)
+
+    def _move(
+        self, row: SimulatedHost, moving: str, settled: str, delay: timedelta
+    ) -> SimulatedHost:
+        """Enter a moving state that settles after ``delay`` (at once when there is none)."""
+        now = timezone.now()
+        settles = now + delay if delay else None
+        SimulatedHost.objects.filter(pk=row.pk, state=row.state).update(
+            state=moving if settles else settled,
+            state_changed_at=now,
+            settles_at=settles,
+            state_reason="",
+        )
+        return self._settle(SimulatedHost.objects.get(pk=row.pk))
+
+    @staticmethod
+    def _refuse_if_gone(row: SimulatedHost, verb: str) -> None:
+        if row.state in (SimulatedHost.State.TERMINATED, SimulatedHost.State.SHUTTING_DOWN):
+            raise ProviderPermanentError(
+                f"The instance '{row.cloud_id}' is not in a state from which it can be {verb}.",
+                code="IncorrectInstanceState",
+            )
+
+    def start(self, cloud_id: str) -> CloudHost:
+        self._call()
+        row = self._get(cloud_id)
+        self._refuse_if_gone(row, "started")
+        if row.state == SimulatedHost.State.STOPPED:
+            row = self._move(
+                row, SimulatedHost.State.PENDING, SimulatedHost.State.RUNNING, self.boot
+            )
+        return self._host(row)
+
+    def stop(self, cloud_id: str) -> CloudHost:
+        self._call()
+        row = self._get(cloud_id)
+        if row.market == "spot":
+            raise ProviderPermanentError(
+                "A one-time Spot Instance cannot be stopped; terminate it instead.",
+                code="UnsupportedOperation",
+            )
+        self._refuse_if_gone(row, "stopped")
+        if row.state in (SimulatedHost.State.RUNNING, SimulatedHost.State.PENDING):
+            row = self._move(
+                row, SimulatedHost.State.STOPPING, SimulatedHost.State.STOPPED, self.boot / 2
+            )
+        return self._host(row)
+
+    def terminate(self, cloud_id: str) -> CloudHost | None:
+        self._call()
+        row = SimulatedHost.objects.filter(cloud_id=cloud_id).first()
+        if row is None:
+            return None
+        row = self._settle(row)
+        if row.state not in (SimulatedHost.State.TERMINATED, SimulatedHost.State.SHUTTING_DOWN):
+            row = self._move(
+                row,
+                SimulatedHost.State.SHUTTING_DOWN,
+                SimulatedHost.State.TERMINATED,
+                self.boot / 4,
+            )
+        return self._host(row)
+
+    # --- chaos: the cloud acting behind the portal's back ------------------------------------
+
+    def _end(self, row: SimulatedHost, reason: str) -> CloudHost:
+        if row.state != SimulatedHost.State.TERMINATED:
+            SimulatedHost.objects.filter(pk=row.pk).update(
+                state=SimulatedHost.State.TERMINATED,
+                state_changed_at=timezone.now(),
+                state_reason=reason,
+                settles_at=None,
+            )
+        return self._host(SimulatedHost.objects.get(pk=row.pk))
+
+    def interrupt(self, cloud_id: str) -> CloudHost:
+        """Take a spot host back, as EC2 does after its two-minute notice."""
+        row = self._get(cloud_id)
+        if row.market != "spot":
+            raise ProviderPermanentError(f"{cloud_id} is not a spot host.", code="NotSpot")
+        return self._end(row, SPOT_INTERRUPTION_REASON)
+
+    def kill(self, cloud_id: str) -> CloudHost:
+        """Terminate a host without telling the portal (someone used the cloud console)."""
+        return self._end(
+            self._get(cloud_id), "Client.UserInitiatedShutdown: terminated outside the portal"
+        )

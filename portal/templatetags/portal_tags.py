@@ -44,3 +44,25 @@ def storage_gb(value) -> str:
     if gb >= 1000:
         return f"{Decimal(gb) / 1000:.2f}".rstrip("0").rstrip(".") + " TB"
     return f"{gb} GB"
+
+
+@register.filter
+def duration(seconds) -> str:
+    """2 h 14 min, 45 s, 3 d 4 h."""
+    seconds = int(seconds or 0)
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, _ = divmod(seconds, 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    if days:
+        return f"{days} d {hours} h"
+    if hours:
+        return f"{hours} h {minutes} min"
+    return f"{minutes} min"
+
+
+@register.filter
+def multiply(value, factor):
+    """Exact product for money in templates (Decimal times a whole number)."""
+    return Decimal(value) * Decimal(factor)

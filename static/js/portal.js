@@ -15,3 +15,13 @@ document.addEventListener("change", (event) => {
   const form = event.target.closest("form[data-autosubmit]");
   if (form) form.requestSubmit();
 });
+
+// An action the server refused (HX-Trigger: portal:error) is shown for a few seconds.
+document.body.addEventListener("portal:error", (event) => {
+  const toast = document.getElementById("toast");
+  if (!toast) return;
+  toast.textContent = event.detail.value;
+  toast.hidden = false;
+  clearTimeout(toast._timer);
+  toast._timer = setTimeout(() => { toast.hidden = true; }, 6000);
+});

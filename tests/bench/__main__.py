@@ -19,6 +19,9 @@ def main(argv: list[str]) -> int:
     import django
 
     django.setup()
+    import logging
+
+    logging.getLogger("celery").setLevel(logging.WARNING)
     from django.db import connection
     from django.test.utils import setup_test_environment, teardown_test_environment
 

@@ -60,6 +60,6 @@ def sign_in(page):
         page.fill("#id_username", username)
         page.fill("#id_password", PASSWORD)
         page.click("button[type=submit]")
-        page.wait_for_url("**/catalog/**")
+        page.wait_for_url("**/dashboard/**")
 
     return as_user

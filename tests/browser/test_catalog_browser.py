@@ -12,6 +12,7 @@ def test_alice_filters_the_catalog_to_h100_and_sees_p5_with_its_price(
     page, sign_in, alice, catalog
 ):
     sign_in("alice")
+    page.goto("/catalog/")
     expect(page.locator("article.host")).to_have_count(len(catalog))
     page.get_by_label("H100", exact=True).check()  # the form submits itself on change
     page.wait_for_url("**gpu_model=H100**")
@@ -26,6 +27,7 @@ def test_alice_filters_the_catalog_to_h100_and_sees_p5_with_its_price(
 
 def test_a_bad_price_filter_shows_what_to_fix(page, sign_in, alice, catalog):
     sign_in("alice")
+    page.goto("/catalog/")
     page.fill("#f-price", "-5")
     page.click("button:has-text('Apply')")
     expect(page.locator(".alert-error")).to_contain_text("max_price: Must be 0 or more")

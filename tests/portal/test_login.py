@@ -7,7 +7,6 @@ from django.urls import reverse
 
 from tests.conftest import PASSWORD
 
-PAGES = ["/", "/catalog/", "/admin/"]
 API = [
     "/api/v1/",
     "/api/v1/instance-types/",
@@ -47,10 +46,10 @@ def test_login_page_is_in_the_portal_look(client, db):
     assert "portal.css" in html
 
 
-def test_alice_signs_in_and_lands_on_the_catalog(client, alice, catalog):
+def test_alice_signs_in_and_lands_on_her_dashboard(client, alice, catalog):
     response = client.post("/login/", {"username": "alice", "password": PASSWORD}, follow=True)
-    assert response.redirect_chain[-1][0] == "/catalog/"
-    assert "p5.48xlarge" in response.content.decode()
+    assert response.redirect_chain[-1][0] == "/dashboard/"
+    assert "Hello, Alice" in response.content.decode()
 
 
 def test_wrong_password_says_so_and_signs_nobody_in(client, alice):

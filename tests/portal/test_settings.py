@@ -61,6 +61,7 @@ def test_every_setting_is_read_from_the_environment(tmp_path):
             "CELERY_BROKER_URL": "redis://cache.internal:6379/2",
             "PORTAL_PROVIDER": "ec2",
             "DJANGO_SECRET_KEY": "k" * 64,
+            "PORTAL_AUDIT_SIGNING_KEY": "a" * 64,
             "DJANGO_DEBUG": "0",
             "DJANGO_ALLOWED_HOSTS": "gpu.example.org, portal.example.org",
         },
@@ -99,6 +100,7 @@ def test_production_settings_pass_the_deploy_checklist(tmp_path):
         {
             "DJANGO_DEBUG": "0",
             "DJANGO_SECRET_KEY": "a-long-random-production-secret-" + "x" * 40,
+            "PORTAL_AUDIT_SIGNING_KEY": "another-long-random-signing-key-" + "y" * 40,
             "PORTAL_VAR_DIR": str(tmp_path),
         },
         code,

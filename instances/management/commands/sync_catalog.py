@@ -7,6 +7,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from audit.services import audit_record_system
 from instances.catalog import image_rows, list_prices
 from instances.providers import get_provider
 from instances.providers.base import ProviderError
@@ -49,6 +50,19 @@ class Command(BaseCommand):
             self.stderr.write(f"skipped {type_name}: {reason}")
         images = [image_upsert(row=row) for row in image_rows()]
         created = sum(1 for _, was_created in images if was_created)
+        audit_record_system(
+            name="sync_catalog",
+            kind="command",
+            action="sync",
+            object_ref=f"provider:{name}",
+            summary={
+                "created": report.created,
+                "updated": report.updated,
+                "deactivated": report.deactivated,
+                "skipped": sorted(report.skipped),
+                "images_created": created,
+            },
+        )
         self.stdout.write(
             f"Instance types ({name}): {report.summary()}. "
             f"Images: {created} created, {len(images) - created} updated."

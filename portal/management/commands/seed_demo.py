@@ -6,6 +6,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
+from audit.services import audit_record_system
 from portal.models import Membership, User
 from portal.services import membership_set, project_upsert, user_upsert
 
@@ -55,6 +56,12 @@ class Command(BaseCommand):
                 membership_set(
                     project=projects[slug], user=user, role=Membership.Role(membership_role)
                 )
+        audit_record_system(
+            name="seed_demo",
+            kind="command",
+            action="seed",
+            summary={"projects": list(projects), "new_users": created_users},
+        )
         self.stdout.write(
             f"Demo people: {len(PEOPLE)} ({len(created_users)} new); "
             f"projects: {', '.join(projects)}."

@@ -1,0 +1,32 @@
+"""The request id of the work in progress, shared by web requests, Celery tasks and commands.
+
+A ``ContextVar`` rather than a thread-local: it follows the work across threads and async code
+and is restored on exit, so a task run eagerly inside a request keeps the request's id.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from contextvars import ContextVar
+
+from audit.redaction import redact_text
+
+current_request_id: ContextVar[str | None] = ContextVar("portal_request_id", default=None)
+
+# A caller may name its own request id so that it can find its call in the log; it must be
+# short, printable and not look like a secret (it is stored and echoed back as it is).
+_SANE_REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{7,63}")
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex
+
+
+def sane_request_id(value: str | None) -> str | None:
+    """The caller's request id when it is safe to store and echo back, else None."""
+    if not value or not _SANE_REQUEST_ID.fullmatch(value):
+        return None
+    if redact_text(value) != value:
+        return None
+    return value

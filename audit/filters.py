@@ -1,0 +1,126 @@
+"""Audit log filters, shared by the admin page, the exports, My activity and the API.
+
+Each filter says what it accepts, so a bad value gets a message that says what to send instead.
+"""
+
+from __future__ import annotations
+
+import re
+
+import django_filters
+from django import forms
+from django.db.models import Q
+
+from audit.models import AuditEvent, Outcome
+
+METHODS = ["GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH", "DELETE", "TASK", "COMMAND"]
+_STATUS = re.compile(r"^(?:[1-5][0-9]{2}|[1-5]xx|0)$")
+
+
+class StatusField(forms.CharField):
+    default_error_messages = {
+        "invalid": "%(value)s is not a status; status accepts a code such as 404 or a class "
+        "such as 4xx."
+    }
+
+    def clean(self, value):
+        value = super().clean(value)
+        if value in (None, ""):
+            return value
+        value = value.strip().lower()
+        if not _STATUS.match(value):
+            raise forms.ValidationError(
+                self.error_messages["invalid"], code="invalid", params={"value": value}
+            )
+        return value
+
+
+class StatusFilter(django_filters.CharFilter):
+    field_class = StatusField
+
+    def filter(self, qs, value):
+        if value in (None, ""):
+            return qs
+        if value.endswith("xx"):
+            low = int(value[0]) * 100
+            return qs.filter(status__gte=low, status__lt=low + 100)
+        return qs.filter(status=int(value))
+
+
+_TIME_ERRORS = {
+    "invalid": "Enter a date and time in UTC such as 2026-11-29T14:00 or 2026-11-29T14:00:00Z."
+}
+
+
+class AuditEventFilter(django_filters.FilterSet):
+    actor = django_filters.CharFilter(
+        field_name="actor_username",
+        lookup_expr="iexact",
+        max_length=150,
+        help_text="Username of the actor, e.g. alice, or system:<task> for tasks and commands",
+    )
+    since = django_filters.IsoDateTimeFilter(
+        field_name="time",
+        lookup_expr="gte",
+        error_messages=_TIME_ERRORS,
+        help_text="Calls at or after this time (ISO 8601, UTC unless it says otherwise)",
+    )
+    until = django_filters.IsoDateTimeFilter(
+        field_name="time",
+        lookup_expr="lt",
+        error_messages=_TIME_ERRORS,
+        help_text="Calls before this time (ISO 8601)",
+    )
+    method = django_filters.ChoiceFilter(
+        choices=[(method, method) for method in METHODS],
+        help_text="HTTP method, or TASK / COMMAND for system rows",
+    )
+    status = StatusFilter(help_text="A status code such as 404, or a class such as 4xx")
+    outcome = django_filters.ChoiceFilter(
+        choices=Outcome.choices, help_text="success, denied or error"
+    )
+    path = django_filters.CharFilter(
+        lookup_expr="icontains", max_length=2048, help_text="Part of the request path"
+    )
+    object = django_filters.CharFilter(
+        field_name="object_ref",
+        lookup_expr="icontains",
+        max_length=255,
+        help_text="Part of the object acted on, e.g. p5.48xlarge or instance-type:p5.48xlarge",
+    )
+    request_id = django_filters.CharFilter(
+        lookup_expr="exact", max_length=64, help_text="The X-Request-ID of one call"
+    )
+    q = django_filters.CharFilter(
+        method="filter_anything",
+        max_length=200,
+        help_text="Search actor, path, object, view name and request id",
+    )
+
+    class Meta:
+        model = AuditEvent
+        fields: list[str] = []
+
+    def __init__(self, data=None, *args, **kwargs):
+        if data is not None and data.get("method"):
+            data = data.copy()
+            data["method"] = data["method"].strip().upper()
+        super().__init__(data, *args, **kwargs)
+        self.form.fields["method"].error_messages["invalid_choice"] = (
+            f"%(value)s is not a method; method accepts {', '.join(METHODS)}."
+        )
+        self.form.fields["outcome"].error_messages["invalid_choice"] = (
+            "%(value)s is not an outcome; outcome accepts success, denied or error."
+        )
+
+    def filter_anything(self, queryset, name, value):
+        value = value.strip()
+        if not value:
+            return queryset
+        return queryset.filter(
+            Q(actor_username__icontains=value)
+            | Q(path__icontains=value)
+            | Q(object_ref__icontains=value)
+            | Q(view_name__icontains=value)
+            | Q(request_id=value)
+        )

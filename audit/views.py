@@ -1,0 +1,157 @@
+"""Audit pages: the log for admins (with CSV and JSON Lines exports), and My activity for all."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator
+
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import render
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+
+from audit import chain
+from audit.filters import METHODS, AuditEventFilter
+from audit.models import AuditChainLink, AuditEvent, Outcome
+
+PAGE_SIZE = 50
+EXPORT_FIELDS = ["seq", *chain.CONTENT_FIELDS]
+# A spreadsheet runs a cell that starts with one of these as a formula (CSV injection).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _require_admin(request: HttpRequest) -> None:
+    if not getattr(request.user, "is_portal_admin", False):
+        raise PermissionDenied("Only portal admins can read the audit log.")
+
+
+def _filtered(request: HttpRequest, queryset) -> AuditEventFilter:
+    return AuditEventFilter(data=request.GET, queryset=queryset)
+
+
+def _query_without(request: HttpRequest, *names: str) -> str:
+    params = request.GET.copy()
+    for name in names:
+        params.pop(name, None)
+    return params.urlencode()
+
+
+def _page_context(request: HttpRequest, filterset: AuditEventFilter) -> dict:
+    valid = filterset.is_valid()
+    page = None
+    if valid:
+        paginator = Paginator(filterset.qs.order_by("-seq"), PAGE_SIZE)
+        page = paginator.get_page(request.GET.get("page"))
+    return {
+        "filterset": filterset,
+        "form": filterset.form,
+        "errors": filterset.errors if not valid else {},
+        "page": page,
+        "events": page.object_list if page else [],
+        "methods": METHODS,
+        "outcomes": Outcome.choices,
+        "query": _query_without(request, "page"),
+        "filtered": any(value for key, value in request.GET.items() if key != "page"),
+    }
+
+
+@require_GET
+def events(request: HttpRequest) -> HttpResponse:
+    """The whole log, newest first, with filters, paging and exports (admins only)."""
+    _require_admin(request)
+    filterset = _filtered(request, AuditEvent.objects.for_user(request.user))
+    context = _page_context(request, filterset)
+    return render(request, "audit/events.html", context, status=400 if context["errors"] else 200)
+
+
+@require_GET
+def my_activity(request: HttpRequest) -> HttpResponse:
+    """What the signed-in person did, whatever their role."""
+    mine = AuditEvent.objects.for_user(request.user).filter(actor_id=request.user.pk)
+    context = _page_context(request, _filtered(request, mine))
+    return render(
+        request, "audit/my_activity.html", context, status=400 if context["errors"] else 200
+    )
+
+
+@require_GET
+def event_detail(request: HttpRequest, seq: int) -> HttpResponse:
+    """Every field of one row; admins see any row, everybody else only their own."""
+    event = AuditEvent.objects.for_user(request.user).filter(seq=seq).first()
+    if event is None:
+        raise Http404("No such audit row.")
+    summary = None
+    if event.body_summary:
+        summary = json.dumps(json.loads(event.body_summary), indent=2, ensure_ascii=False)
+    link = AuditChainLink.objects.filter(event_seq=event.seq).first()
+    back = "audit-events" if getattr(request.user, "is_portal_admin", False) else "my-activity"
+    return render(
+        request,
+        "audit/event_detail.html",
+        {"event": event, "summary": summary, "link": link, "back": back},
+    )
+
+
+def _export_rows(filterset: AuditEventFilter) -> Iterator[tuple]:
+    rows = filterset.qs.order_by("seq").values_list(*EXPORT_FIELDS)
+    for row in rows.iterator(chunk_size=2000):
+        values = list(row)
+        values[1] = chain._utc(values[1])
+        yield values
+
+
+def _spreadsheet_safe(value) -> object:
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
+
+
+class _Echo:
+    def write(self, value: str) -> str:
+        return value
+
+
+def _export_response(request: HttpRequest, kind: str) -> HttpResponse:
+    _require_admin(request)
+    filterset = _filtered(request, AuditEvent.objects.for_user(request.user))
+    if not filterset.is_valid():
+        problems = "; ".join(
+            f"{name}: {' '.join(messages)}" for name, messages in filterset.errors.items()
+        )
+        return HttpResponse(f"Fix the filters first: {problems}\n", status=400)
+    stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
+    if kind == "csv":
+        writer = csv.writer(_Echo())
+
+        def lines():
+            yield writer.writerow(EXPORT_FIELDS)
+            for values in _export_rows(filterset):
+                yield writer.writerow([_spreadsheet_safe(value) for value in values])
+
+        response = StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8")
+        filename = f"audit-{stamp}.csv"
+    else:
+
+        def lines():
+            for values in _export_rows(filterset):
+                document = dict(zip(EXPORT_FIELDS, values, strict=True))
+                yield json.dumps(document, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+        response = StreamingHttpResponse(lines(), content_type="application/x-ndjson")
+        filename = f"audit-{stamp}.jsonl"
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@require_GET
+def export_csv(request: HttpRequest) -> HttpResponse:
+    return _export_response(request, "csv")
+
+
+@require_GET
+def export_jsonl(request: HttpRequest) -> HttpResponse:
+    return _export_response(request, "jsonl")

@@ -1,0 +1,103 @@
+"""Quotas are defined in portal and enforced here, where the hosts are counted.
+
+Usage is counted from live instance rows under the project's row lock (order_submit holds it),
+never kept as a running total: a host that ends, however it ends, leaves the live set exactly
+once, so there is nothing to release and nothing to drift.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from django.db.models import Count, F, Sum
+
+from instances.models import Instance
+from portal.errors import Conflict
+from portal.models import Project, Quota, User
+
+
+@dataclass
+class Usage:
+    gpus: int = 0
+    instances: int = 0
+    gpus_by_model: Counter = field(default_factory=Counter)
+
+
+def usage(*, project: Project, user: User | None = None) -> Usage:
+    """GPUs and hosts the project (or one member in it) holds now: every live host counts,
+    stopped ones too, since they may start again without asking."""
+    rows = Instance.objects.filter(project=project, status__in=Instance.LIVE)
+    if user is not None:
+        rows = rows.filter(owner=user)
+    found = Usage()
+    for row in rows.values(model=F("instance_type__gpu_model")).annotate(
+        hosts=Count("id"), gpus=Sum("instance_type__gpu_count")
+    ):
+        found.instances += row["hosts"]
+        found.gpus += row["gpus"]
+        found.gpus_by_model[row["model"]] += row["gpus"]
+    return found
+
+
+class QuotaExceeded(Conflict):
+    code = "quota_exceeded"
+
+
+def _who(quota: Quota) -> str:
+    if quota.user_id:
+        return f"{quota.user.username} in {quota.project.slug}"
+    return quota.project.slug
+
+
+def quota_check(request) -> None:
+    """An ORDER_ADMISSION_CHECKS entry: refuse an order that would break a quota, saying which
+    quota, its limit, what is in use and what the order asks for."""
+    quotas = Quota.objects.filter(project=request.project).select_related("user", "project")
+    asks_gpus = request.count * request.instance_type.gpu_count
+    model = request.instance_type.gpu_model
+    type_name = request.instance_type.name
+    for quota in quotas:
+        if quota.user_id not in (None, request.requester.pk):
+            continue
+        who = _who(quota)
+        if quota.allowed_instance_types and type_name not in quota.allowed_instance_types:
+            raise QuotaExceeded(
+                f"The quota of {who} allows only {', '.join(quota.allowed_instance_types)}; "
+                f"{type_name} is not among them.",
+                code="quota_instance_type",
+            )
+        markets = quota.allowed_markets.get(type_name)
+        if markets and request.market not in markets:
+            raise QuotaExceeded(
+                f"The quota of {who} allows {type_name} only on "
+                f"{' or '.join(m.replace('_', '-') for m in markets)}; order it that way.",
+                code="quota_market",
+            )
+        if quota.max_lease_hours is not None and request.lease_hours > quota.max_lease_hours:
+            raise QuotaExceeded(
+                f"The quota of {who} allows leases of at most {quota.max_lease_hours} h; "
+                f"this order asks for {request.lease_hours} h.",
+                code="quota_lease",
+            )
+        used = usage(project=request.project, user=quota.user)
+        limits = [
+            ("GPUs", quota.max_gpus, used.gpus, asks_gpus),
+            ("hosts", quota.max_instances, used.instances, request.count),
+        ]
+        if model in quota.max_gpus_by_model:
+            limits.append(
+                (
+                    f"{model} GPUs",
+                    quota.max_gpus_by_model[model],
+                    used.gpus_by_model[model],
+                    asks_gpus,
+                )
+            )
+        for what, limit, in_use, asks in limits:
+            if limit is not None and in_use + asks > limit:
+                over = " (already over the limit)" if in_use > limit else ""
+                raise QuotaExceeded(
+                    f"Quota exceeded: {who} may run {limit} {what}; {in_use} are in use{over} "
+                    f"and this order asks for {asks}."
+                )

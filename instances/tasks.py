@@ -1,0 +1,129 @@
+"""Celery tasks for hosts: thin wrappers that take ids and call one service (DESIGN rule 4).
+
+The provisioning queue runs with acks_late, reject-on-worker-lost and prefetch 1 (settings), so
+a killed worker's task runs again; every service here is safe to run twice.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+from django.conf import settings
+
+from instances import services
+from instances.models import Instance
+from instances.providers.base import ProviderPermanentError, ProviderTransientError
+
+log = logging.getLogger(__name__)
+
+
+def _missing(instance_id: str) -> bool:
+    """A task can outlive its row (a test database dropped, a row never committed)."""
+    if Instance.objects.filter(pk=instance_id).exists():
+        return False
+    log.warning("instance %s does not exist; nothing to do", instance_id)
+    return True
+
+
+def _backoff(retries: int) -> int:
+    return min(settings.PORTAL_PROVISION_RETRY_BACKOFF_SECONDS * 2**retries, 300)
+
+
+def _poll_if_moving(instance: Instance) -> None:
+    if instance.status in Instance.MOVING and instance.cloud_id:
+        sync_instance.apply_async((str(instance.pk),), countdown=2)
+
+
+@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None)
+def provision_instance(self, instance_id: str) -> str:
+    if _missing(instance_id):
+        return "missing"
+    try:
+        instance = services.instance_provision(instance_id=instance_id)
+    except ProviderTransientError as error:
+        attempts = self.request.retries + 1
+        if attempts >= settings.PORTAL_PROVISION_MAX_RETRIES:
+            instance = services.instance_fail(
+                instance_id=instance_id,
+                reason=services.failure_reason(
+                    services.instance_load(instance_id), error, attempts=attempts
+                ),
+            )
+            return instance.status
+        log.info("provision %s: %s; retry %s", instance_id, error, attempts)
+        raise self.retry(exc=error, countdown=_backoff(self.request.retries)) from error
+    except ProviderPermanentError as error:
+        instance = services.instance_fail(
+            instance_id=instance_id,
+            reason=services.failure_reason(services.instance_load(instance_id), error),
+        )
+        return instance.status
+    _poll_if_moving(instance)
+    return instance.status
+
+
+def _action(task, instance_id: str, action: str) -> str:
+    if _missing(instance_id):
+        return "missing"
+    try:
+        instance = services.instance_cloud_action(instance_id=instance_id, action=action)
+    except ProviderTransientError as error:
+        raise task.retry(exc=error, countdown=_backoff(task.request.retries)) from error
+    except ProviderPermanentError as error:
+        # The reconciler will bring the row in step with whatever the cloud says now.
+        log.warning("%s %s refused by the cloud: %s", action, instance_id, error)
+        instance = services.instance_sync(instance_id=instance_id)
+        return instance.status
+    _poll_if_moving(instance)
+    return instance.status
+
+
+@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=8)
+def stop_instance(self, instance_id: str) -> str:
+    return _action(self, instance_id, "stop")
+
+
+@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=8)
+def start_instance(self, instance_id: str) -> str:
+    return _action(self, instance_id, "start")
+
+
+@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=8)
+def terminate_instance(self, instance_id: str) -> str:
+    return _action(self, instance_id, "terminate")
+
+
+@shared_task(
+    bind=True,
+    acks_late=True,
+    autoretry_for=(ProviderTransientError,),
+    retry_backoff=True,
+    max_retries=5,
+)
+def sync_instance(self, instance_id: str, polls: int = 0) -> str:
+    """Poll one host in a moving state until the cloud reports where it went."""
+    if _missing(instance_id):
+        return "missing"
+    instance = services.instance_sync(instance_id=instance_id)
+    if instance.status in Instance.MOVING and polls < 60:
+        self.apply_async((instance_id, polls + 1), countdown=min(2 + polls, 15))
+    return instance.status
+
+
+@shared_task(autoretry_for=(ProviderTransientError,), retry_backoff=True, max_retries=3)
+def reconcile() -> int:
+    report = services.reconcile()
+    if report.actions():
+        log.info("reconcile: %s", report)
+    return report.actions()
+
+
+@shared_task
+def expire_leases() -> int:
+    return len(services.leases_expire())
+
+
+@shared_task
+def expire_orders() -> int:
+    return len(services.orders_expire())

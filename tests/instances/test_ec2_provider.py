@@ -1,0 +1,269 @@
+"""EC2 launch parameters, read back from what moto recorded, and EC2's errors, from a Stubber."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from decimal import Decimal
+
+import boto3
+import pytest
+from botocore.exceptions import EndpointConnectionError
+from botocore.stub import Stubber
+
+from instances.providers.base import (
+    TAG_INSTANCE,
+    TAG_OWNER,
+    TAG_PROJECT,
+    LaunchRequest,
+    ProviderPermanentError,
+    ProviderTransientError,
+)
+from instances.providers.ec2 import EC2Provider
+
+SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPortalEc2TestKey alice@example.org"
+
+
+@pytest.fixture
+def ec2(moto_ec2) -> EC2Provider:
+    return EC2Provider()
+
+
+@pytest.fixture
+def launch(ec2, ami_id):
+    """Launch one host as the provisioner would; returns its description as moto records it."""
+
+    def run(**changes) -> dict:
+        instance_uuid = str(uuid.uuid4())
+        fields = {
+            "client_token": f"portal-{instance_uuid}",
+            "instance_uuid": instance_uuid,
+            "instance_type": "g5.xlarge",
+            "image_id": ami_id,
+            "market": "on_demand",
+            "ssh_public_key": SSH_KEY,
+            "tags": {TAG_INSTANCE: instance_uuid, TAG_PROJECT: "vision-lab", TAG_OWNER: "alice"},
+        }
+        host = ec2.launch(LaunchRequest(**(fields | changes)))
+        reply = ec2.client.describe_instances(InstanceIds=[host.cloud_id])
+        return reply["Reservations"][0]["Instances"][0]
+
+    return run
+
+
+@pytest.fixture
+def sent_to_run_instances(ec2) -> list[dict]:
+    """The parameters of every RunInstances call, for what moto does not keep (spot options)."""
+    calls: list[dict] = []
+    ec2.client.meta.events.register(
+        "provide-client-params.ec2.RunInstances", lambda params, **kwargs: calls.append(params)
+    )
+    return calls
+
+
+def tags_of(item: dict) -> dict[str, str]:
+    return {tag["Key"]: tag["Value"] for tag in item.get("Tags", [])}
+
+
+def root_volume(moto_ec2, instance: dict) -> dict:
+    mapping = next(
+        m for m in instance["BlockDeviceMappings"] if m["DeviceName"] == instance["RootDeviceName"]
+    )
+    return moto_ec2.describe_volumes(VolumeIds=[mapping["Ebs"]["VolumeId"]])["Volumes"][0]
+
+
+# --- what a launched host looks like in the cloud ------------------------------------------
+
+
+def test_launch_requires_imdsv2(launch):
+    instance = launch()
+    assert instance["MetadataOptions"]["HttpTokens"] == "required"
+    assert instance["MetadataOptions"]["HttpEndpoint"] == "enabled"
+
+
+def test_a_host_that_shuts_itself_down_is_terminated(moto_ec2, launch):
+    instance = launch()
+    reply = moto_ec2.describe_instance_attribute(
+        InstanceId=instance["InstanceId"], Attribute="instanceInitiatedShutdownBehavior"
+    )
+    assert reply["InstanceInitiatedShutdownBehavior"]["Value"] == "terminate"
+
+
+def test_the_root_volume_is_encrypted_gp3_of_the_configured_size(moto_ec2, launch, settings):
+    settings.PORTAL_EC2_ROOT_VOLUME_GB = 300
+    instance = launch()
+    volume = root_volume(moto_ec2, instance)
+    assert volume["Encrypted"] is True
+    assert (volume["Size"], volume["VolumeType"]) == (300, "gp3")
+    mapping = instance["BlockDeviceMappings"][0]
+    assert mapping["Ebs"]["DeleteOnTermination"] is True
+
+
+def test_the_root_volume_is_encrypted_with_the_configured_kms_key(moto_ec2, launch, settings):
+    key = boto3.client("kms", region_name="us-east-1").create_key()["KeyMetadata"]
+    settings.PORTAL_EC2_KMS_KEY_ID = key["Arn"]
+    volume = root_volume(moto_ec2, launch())
+    assert volume["Encrypted"] is True
+    assert volume["KmsKeyId"] == key["Arn"]
+
+
+def test_the_instance_and_its_volume_carry_the_portal_tags(moto_ec2, launch):
+    instance = launch()
+    expected = {
+        TAG_INSTANCE: tags_of(instance)[TAG_INSTANCE],
+        TAG_PROJECT: "vision-lab",
+        TAG_OWNER: "alice",
+    }
+    assert expected.items() <= tags_of(instance).items()
+    assert tags_of(instance)["Name"] == f"portal-{expected[TAG_INSTANCE][:8]}"
+    assert expected.items() <= tags_of(root_volume(moto_ec2, instance)).items()
+
+
+def test_the_researchers_key_reaches_cloud_init_as_a_cloud_config(moto_ec2, launch):
+    instance = launch()
+    reply = moto_ec2.describe_instance_attribute(
+        InstanceId=instance["InstanceId"], Attribute="userData"
+    )
+    user_data = base64.b64decode(reply["UserData"]["Value"]).decode()
+    assert user_data.startswith("#cloud-config\n")
+    assert f"  - {SSH_KEY}\n" in user_data
+
+
+def test_without_network_settings_the_host_goes_to_the_default_subnet(moto_ec2, launch):
+    instance = launch()
+    default_vpc = moto_ec2.describe_vpcs(Filters=[{"Name": "is-default", "Values": ["true"]}])
+    assert instance["VpcId"] == default_vpc["Vpcs"][0]["VpcId"]
+
+
+def test_the_host_goes_to_the_subnet_and_security_groups_from_settings(moto_ec2, launch, settings):
+    vpc = moto_ec2.create_vpc(CidrBlock="10.40.0.0/16")["Vpc"]["VpcId"]
+    subnet = moto_ec2.create_subnet(VpcId=vpc, CidrBlock="10.40.1.0/24")["Subnet"]["SubnetId"]
+    groups = [
+        moto_ec2.create_security_group(GroupName=name, Description=name, VpcId=vpc)["GroupId"]
+        for name in ("portal-ssh", "portal-egress")
+    ]
+    settings.PORTAL_EC2_SUBNET_ID = subnet
+    settings.PORTAL_EC2_SECURITY_GROUP_IDS = groups
+    instance = launch()
+    assert (instance["SubnetId"], instance["VpcId"]) == (subnet, vpc)
+    assert {group["GroupId"] for group in instance["SecurityGroups"]} == set(groups)
+
+
+@pytest.mark.parametrize("by", ["name", "arn"])
+def test_the_host_gets_the_instance_profile_from_settings(launch, settings, by):
+    iam = boto3.client("iam", region_name="us-east-1")
+    profile = iam.create_instance_profile(InstanceProfileName="portal-host")["InstanceProfile"]
+    settings.PORTAL_EC2_INSTANCE_PROFILE = profile["InstanceProfileName" if by == "name" else "Arn"]
+    assert launch()["IamInstanceProfile"]["Arn"] == profile["Arn"]
+
+
+def test_a_spot_launch_asks_for_a_one_time_spot_host_under_the_max_price(
+    launch, sent_to_run_instances
+):
+    instance = launch(market="spot", max_spot_price=Decimal("0.4500"))
+    assert instance["InstanceLifecycle"] == "spot"
+    # moto keeps only the lifecycle, so the rest is read from the request itself.
+    assert sent_to_run_instances[-1]["InstanceMarketOptions"] == {
+        "MarketType": "spot",
+        "SpotOptions": {
+            "SpotInstanceType": "one-time",
+            "InstanceInterruptionBehavior": "terminate",
+            "MaxPrice": "0.4500",
+        },
+    }
+
+
+def test_a_spot_launch_without_a_max_price_leaves_it_to_ec2(launch, sent_to_run_instances):
+    launch(market="spot")
+    assert "MaxPrice" not in sent_to_run_instances[-1]["InstanceMarketOptions"]["SpotOptions"]
+
+
+def test_an_on_demand_launch_sends_no_market_options(launch, sent_to_run_instances):
+    instance = launch()
+    assert "InstanceLifecycle" not in instance
+    assert "InstanceMarketOptions" not in sent_to_run_instances[-1]
+
+
+def test_every_launch_carries_the_requests_client_token(launch, sent_to_run_instances):
+    instance = launch(client_token="portal-token-from-the-instance-row")
+    assert sent_to_run_instances[-1]["ClientToken"] == "portal-token-from-the-instance-row"
+    assert instance["ClientToken"] == "portal-token-from-the-instance-row"
+
+
+# --- EC2's errors --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def refuse_run_instances(ec2, ami_id):
+    """EC2 answering RunInstances with an error code; the image lookup before it succeeds."""
+
+    def refuse(code: str) -> Stubber:
+        stub = Stubber(ec2.client)
+        stub.add_response(
+            "describe_images",
+            {"Images": [{"ImageId": ami_id, "RootDeviceName": "/dev/sda1"}]},
+            {"ImageIds": [ami_id]},
+        )
+        stub.add_client_error(
+            "run_instances", service_error_code=code, service_message=f"{code} from EC2"
+        )
+        return stub
+
+    return refuse
+
+
+def a_request(image_id: str) -> LaunchRequest:
+    instance_uuid = str(uuid.uuid4())
+    return LaunchRequest(
+        client_token=f"portal-{instance_uuid}",
+        instance_uuid=instance_uuid,
+        instance_type="p5.48xlarge",
+        image_id=image_id,
+        market="on_demand",
+        ssh_public_key=SSH_KEY,
+        tags={TAG_INSTANCE: instance_uuid},
+    )
+
+
+@pytest.mark.parametrize("code", ["RequestLimitExceeded", "InsufficientInstanceCapacity"])
+def test_throttling_and_capacity_shortages_are_worth_retrying(
+    ec2, ami_id, refuse_run_instances, code
+):
+    with refuse_run_instances(code), pytest.raises(ProviderTransientError) as error:
+        ec2.launch(a_request(ami_id))
+    assert error.value.code == code
+    assert code in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "code",
+    ["InvalidParameterValue", "Unsupported", "InstanceLimitExceeded", "UnauthorizedOperation"],
+)
+def test_other_launch_errors_are_permanent(ec2, ami_id, refuse_run_instances, code):
+    with refuse_run_instances(code), pytest.raises(ProviderPermanentError) as error:
+        ec2.launch(a_request(ami_id))
+    assert error.value.code == code
+
+
+def test_a_throttled_describe_is_worth_retrying(ec2):
+    with Stubber(ec2.client) as stub:
+        stub.add_client_error("describe_instances", service_error_code="RequestLimitExceeded")
+        with pytest.raises(ProviderTransientError):
+            ec2.describe(["i-0123456789abcdef0"])
+
+
+def test_a_throttled_terminate_is_not_mistaken_for_an_unknown_host(ec2):
+    with Stubber(ec2.client) as stub:
+        stub.add_client_error("terminate_instances", service_error_code="RequestLimitExceeded")
+        with pytest.raises(ProviderTransientError):
+            ec2.terminate("i-0123456789abcdef0")
+
+
+def test_an_unreachable_endpoint_is_worth_retrying(ec2):
+    def unreachable(**kwargs):
+        raise EndpointConnectionError(endpoint_url="https://ec2.us-east-1.amazonaws.com")
+
+    ec2.client.meta.events.register("before-call.ec2.DescribeInstances", unreachable)
+    with pytest.raises(ProviderTransientError) as error:
+        ec2.describe(["i-0123456789abcdef0"])
+    assert error.value.code == "EndpointConnectionError"

@@ -62,6 +62,8 @@ class QuotaSerializer(serializers.ModelSerializer):
             "changes",
         ]
         read_only_fields = ["id", "updated_at"]
+        # One quota per project (and member) is kept by quota_set, which updates in place.
+        validators: list = []
 
     def _usage(self, obj: Quota):
         cache = self.context.setdefault("_usage", {})
@@ -124,8 +126,8 @@ class QuotaViewSet(viewsets.ModelViewSet):
         return Response(QuotaSerializer(quota).data, status=status.HTTP_201_CREATED)
 
     def update(self, request, *args, **kwargs):
+        quota = self.get_object()  # first: a quota the caller cannot see is a 404
         self._require_admin()
-        quota = self.get_object()
         incoming = QuotaSerializer(
             quota,
             data=request.data,
@@ -140,6 +142,7 @@ class QuotaViewSet(viewsets.ModelViewSet):
         return Response(QuotaSerializer(self.get_queryset().get(pk=quota.pk)).data)
 
     def destroy(self, request, *args, **kwargs):
+        quota = self.get_object()
         self._require_admin()
-        quota_delete(quota=self.get_object(), actor=request.user)
+        quota_delete(quota=quota, actor=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)

@@ -174,10 +174,16 @@ def order_page(request: HttpRequest, name: str) -> HttpResponse:
         except PortalError as error:
             form.add_error(None, error.message)
         else:
+            what = f"{order.count}× {instance_type.name} ({order.get_market_display()})"
+            if order.status == Order.Status.PENDING_APPROVAL:
+                messages.info(
+                    request,
+                    f"Your order for {what} waits for approval: {order.approval_reason}. "
+                    "You will get a notice when it is decided.",
+                )
+                return redirect("dashboard")
             messages.success(
-                request,
-                f"Ordered {order.count}× {instance_type.name} ({order.get_market_display()}) "
-                f"for {order.project.slug}. Provisioning has started.",
+                request, f"Ordered {what} for {order.project.slug}. Provisioning has started."
             )
             return redirect(f"{reverse('hosts')}?order={order.pk}")
     if request.method == "POST":

@@ -16,8 +16,8 @@ from instances import services
 from instances.models import Instance, Order
 from instances.quotas import usage
 from portal.errors import Forbidden, PortalError
-from portal.models import Membership, Notice, Project, Quota
-from portal.services import notices_mark_read, quota_set
+from portal.models import ApprovalPolicy, Membership, Notice, Project, Quota
+from portal.services import approval_policy_set, notices_mark_read, quota_set
 from portal.views import forbidden
 
 
@@ -104,8 +104,7 @@ def approvals(request: HttpRequest) -> HttpResponse:
         request.user.is_portal_admin
         or Membership.objects.filter(user=request.user, role=Membership.Role.MANAGER).exists()
     ):
-        messages.error(request, "Only admins and project managers approve orders.")
-        return redirect("dashboard")
+        return forbidden(request, "Only admins and project managers approve orders.")
     pending = (
         _inbox(request.user)
         .select_related("requester", "project", "instance_type", "image")
@@ -193,6 +192,88 @@ class QuotaForm(forms.Form):
         return [name.strip() for name in raw.split(",") if name.strip()]
 
 
+class PolicyForm(forms.Form):
+    """Which orders of a project wait for an admin or a manager."""
+
+    gpus_above = forms.IntegerField(
+        required=False, min_value=0, label="Approve orders above (GPUs)"
+    )
+    instance_types = forms.CharField(
+        required=False, label="Always approve these types", help_text="comma-separated"
+    )
+    on_demand_price_above = forms.DecimalField(
+        required=False,
+        min_value=0,
+        max_digits=14,
+        decimal_places=6,
+        label="Approve on-demand above ($/h)",
+    )
+    expire_after_days = forms.IntegerField(
+        min_value=1, max_value=60, initial=3, label="Expire after (days)"
+    )
+
+    def clean_instance_types(self):
+        raw = self.cleaned_data.get("instance_types") or ""
+        return [name.strip() for name in raw.split(",") if name.strip()]
+
+
+def _policy_initial(project: Project) -> dict:
+    policy = ApprovalPolicy.objects.filter(project=project).first()
+    if policy is None:
+        return {}
+    return {
+        "gpus_above": policy.gpus_above,
+        "instance_types": ", ".join(policy.instance_types),
+        "on_demand_price_above": policy.on_demand_price_above,
+        "expire_after_days": policy.expire_after_days,
+    }
+
+
+@require_POST
+def policy_save(request: HttpRequest, slug: str) -> HttpResponse:
+    project = get_object_or_404(Project.objects.for_user(request.user), slug=slug)
+    form = PolicyForm(request.POST, prefix=f"policy-{slug}")
+    if not form.is_valid():
+        problems = "; ".join(
+            f"{form.fields[f].label}: {' '.join(e)}" for f, e in form.errors.items()
+        )
+        messages.error(request, f"{slug}: {problems}")
+        return redirect(reverse("quotas") + f"#q-{slug}")
+    try:
+        approval_policy_set(project=project, actor=request.user, **form.cleaned_data)
+    except Forbidden as error:
+        return forbidden(request, error.message)
+    except ValidationError as error:
+        messages.error(request, f"{slug}: {' '.join(error.messages)}")
+    else:
+        messages.success(request, f"Saved the approval policy of {slug}.")
+    return redirect(reverse("quotas") + f"#q-{slug}")
+
+
+LABELS = {
+    "max_gpus": "GPUs",
+    "max_gpus_by_model": "GPUs per model",
+    "max_instances": "hosts",
+    "max_lease_hours": "longest lease",
+    "allowed_instance_types": "types",
+    "allowed_markets": "markets",
+}
+
+
+def _diff(change) -> str:
+    """'GPUs 8 → 16, hosts none → 4' for a quota change."""
+    parts = []
+    for name, label in LABELS.items():
+        before, after = change.before.get(name), change.after.get(name)
+        if before != after:
+            parts.append(f"{label} {_shown(before)} → {_shown(after)}")
+    return ", ".join(parts) or "removed"
+
+
+def _shown(value) -> str:
+    return "none" if value in (None, [], {}) else str(value)
+
+
 def _quota_initial(quota: Quota | None) -> dict:
     if quota is None:
         return {}
@@ -217,9 +298,15 @@ def quotas_page(request: HttpRequest) -> HttpResponse:
             {
                 "project": project,
                 "form": QuotaForm(initial=_quota_initial(quota), prefix=project.slug),
+                "policy_form": PolicyForm(
+                    initial=_policy_initial(project), prefix=f"policy-{project.slug}"
+                ),
                 "bars": _bars(quota, usage(project=project)),
                 "quota": quota,
-                "changes": quota.changes.select_related("changed_by")[:3] if quota else [],
+                "changes": [
+                    {"change": change, "diff": _diff(change)}
+                    for change in (quota.changes.select_related("changed_by")[:3] if quota else [])
+                ],
             }
         )
     return render(request, "instances/quotas.html", {"rows": rows})

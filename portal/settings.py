@@ -113,6 +113,7 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_CALLABLE = "portal.views.lockout"
 AXES_HTTP_RESPONSE_CODE = 429
+AXES_VERBOSE = False
 # The same address the audit log records: X-Forwarded-For believed only as far as our proxies.
 AXES_CLIENT_IP_CALLABLE = "audit.middleware.source_address"
 AUTH_PASSWORD_VALIDATORS = [
@@ -315,7 +316,7 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("PORTAL_LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {"django.db.backends": {"level": "WARNING"}, "axes": {"level": "WARNING"}},
 }
 
 # --- Audit log (issue 5) -------------------------------------------------------------------

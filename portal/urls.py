@@ -45,6 +45,7 @@ urlpatterns = [
     ),
     path("quotas/", governance.quotas_page, name="quotas"),
     path("quotas/<slug:slug>/", governance.quota_save, name="quota-save"),
+    path("quotas/<slug:slug>/policy/", governance.policy_save, name="policy-save"),
     path("account/tokens/", views.tokens_page, name="tokens"),
     path("catalog/", instance_views.catalog, name="catalog"),
     path("catalog/<str:name>/order/", instance_views.order_page, name="order"),

@@ -1,0 +1,99 @@
+"""ada sets a quota and an approval policy; alice is refused; bob's order waits; ada approves."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+
+from instances.models import Instance, Order
+from tests.conftest import ED25519, PASSWORD
+from tests.workers import wait_for
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def as_user(chromium, live_server):
+    """A fresh browser context per persona, signed in."""
+    contexts = []
+
+    def open_as(username: str):
+        context = chromium.new_context(
+            base_url=live_server.url, viewport={"width": 1400, "height": 900}
+        )
+        contexts.append(context)
+        page = context.new_page()
+        page.set_default_timeout(15_000)
+        page.goto("/login/")
+        page.fill("#id_username", username)
+        page.fill("#id_password", PASSWORD)
+        page.click("button[type=submit]")
+        page.wait_for_url("**/dashboard/**")
+        return page
+
+    yield open_as
+    for context in contexts:
+        context.close()
+
+
+def order(page, type_name: str, count: int):
+    page.goto(f"/catalog/{type_name}/order/")
+    page.fill("#id_count", str(count))
+    page.fill("#id_ssh_public_key", ED25519)
+    page.get_by_role("button", name="Place order").click()
+
+
+def test_quota_refusal_then_an_approved_order_provisions(
+    as_user, alice, bob, ada, catalog, worker_process
+):
+    worker_process(PORTAL_SIMULATED_BOOT_SECONDS="1")
+
+    admin = as_user("ada")
+    admin.get_by_role("link", name="Quotas").click()
+    card = admin.locator('[data-project="vision-lab"]')
+    card.get_by_label("GPUs in total").fill("8")
+    card.get_by_role("button", name="Save vision-lab").click()
+    expect(admin.locator(".flash")).to_contain_text("Saved the quota of vision-lab")
+    expect(card.locator('[data-quota="GPUs"]')).to_contain_text("0 / 8")
+
+    researcher = as_user("alice")
+    order(researcher, "p4d.24xlarge", 2)
+    expect(researcher.locator(".alert-error")).to_contain_text(
+        "Quota exceeded: vision-lab may run 8 GPUs; 0 are in use and this order asks for 16."
+    )
+    assert not Order.objects.exists()
+
+    card = admin.locator('[data-project="vision-lab"]')
+    card.get_by_label("Approve orders above (GPUs)").fill("2")
+    card.get_by_role("button", name="Save policy").click()
+    expect(admin.locator(".flash")).to_contain_text("Saved the approval policy of vision-lab")
+
+    other = as_user("bob")
+    order(other, "g5.xlarge", 3)
+    expect(other.locator(".flash")).to_contain_text("waits for approval")
+    expect(other.locator("body")).to_contain_text("Waiting for approval")
+    waiting = Order.objects.get()
+    assert waiting.status == "pending_approval" and not waiting.instances.exists()
+
+    admin.get_by_role("link", name="Approvals").click()
+    item = admin.locator(f'[data-order="{waiting.pk}"]')
+    expect(item).to_contain_text("3× g5.xlarge")
+    expect(item).to_contain_text("3 GPUs is more than the 2 vision-lab allows")
+    item.get_by_role("button", name="Approve").click()
+    expect(admin.locator(".flash")).to_contain_text("Approved 3× g5.xlarge for bob")
+
+    def running():
+        """bob's three hosts running"""
+        return Instance.objects.filter(order=waiting, status="running").count() == 3
+
+    wait_for(running, timeout=60)
+    other.goto("/hosts/")
+    expect(other.locator("#host-rows tr[data-host] .status")).to_have_text(["Running"] * 3)
+    other.goto("/dashboard/")
+    expect(other.locator(".notices")).to_contain_text("Approved: 3× g5.xlarge for vision-lab")
+    expect(other.locator('[data-project="vision-lab"] [data-quota="GPUs"]')).to_contain_text(
+        "3 / 8"
+    )
+    other.screenshot(path="test-artifacts/governance-bob-dashboard.png", full_page=True)
+    admin.goto("/quotas/")
+    admin.screenshot(path="test-artifacts/governance-ada-quotas.png", full_page=True)

@@ -1,0 +1,245 @@
+"""Every route and action, as every persona, on alice's objects: the answer each one gets.
+
+The routes come from the URL resolver, so a route added tomorrow fails this test until its row
+is added to EXPECTED. Objects a caller may not see answer 404; actions a caller may not take
+answer 403; pages send anonymous visitors to the login page (302), the API answers them 401.
+
+alice owns the objects; bob shares vision-lab with her; carol is in nlp-lab; ada is admin; fin
+is finance.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.db import transaction
+from django.test import Client
+from django.urls import URLResolver, get_resolver, reverse
+
+from audit.models import AuditEvent
+from portal.services import approval_policy_set, quota_set, token_issue
+from tests.conftest import ED25519, PASSWORD
+
+PERSONAS = ("alice", "bob", "carol", "ada", "fin", "anonymous")
+
+# (route name, method): answers for alice, bob, carol, ada, fin, anonymous.
+EXPECTED: dict[tuple[str, str], tuple[int, ...]] = {
+    # --- pages ---
+    ("home", "GET"): (302, 302, 302, 302, 302, 302),
+    ("dashboard", "GET"): (200, 200, 200, 200, 200, 302),
+    ("approvals", "GET"): (403, 403, 403, 200, 403, 302),
+    ("approval-decide", "POST"): (403, 403, 404, 302, 403, 302),
+    ("quotas", "GET"): (403, 403, 403, 200, 403, 302),
+    ("quota-save", "POST"): (403, 403, 403, 302, 403, 302),
+    ("policy-save", "POST"): (403, 403, 404, 302, 403, 302),
+    ("tokens", "GET"): (200, 200, 200, 200, 200, 302),
+    ("tokens", "POST"): (200, 200, 200, 200, 200, 302),
+    ("catalog", "GET"): (200, 200, 200, 200, 200, 302),
+    ("order", "GET"): (200, 200, 200, 200, 403, 302),
+    ("order", "POST"): (400, 400, 400, 400, 403, 302),
+    ("order-estimate-panel", "GET"): (200, 200, 200, 200, 200, 302),
+    ("hosts", "GET"): (200, 200, 200, 200, 200, 302),
+    ("host-rows", "GET"): (200, 200, 200, 200, 200, 302),
+    ("host", "GET"): (200, 200, 404, 200, 200, 302),
+    ("host-panel", "GET"): (200, 200, 404, 200, 200, 302),
+    ("host-action", "POST"): (302, 403, 404, 302, 403, 302),
+    ("audit-events", "GET"): (403, 403, 403, 200, 403, 302),
+    ("audit-event", "GET"): (404, 404, 404, 200, 404, 302),
+    ("audit-export-csv", "GET"): (403, 403, 403, 200, 403, 302),
+    ("audit-export-jsonl", "GET"): (403, 403, 403, 200, 403, 302),
+    ("my-activity", "GET"): (200, 200, 200, 200, 200, 302),
+    ("api-docs", "GET"): (200, 200, 200, 200, 200, 302),
+    # --- API ---
+    ("api-root", "GET"): (200, 200, 200, 200, 200, 401),
+    ("api-schema", "GET"): (200, 200, 200, 200, 200, 401),
+    ("instance-type-list", "GET"): (200, 200, 200, 200, 200, 401),
+    ("instance-type-detail", "GET"): (200, 200, 200, 200, 200, 401),
+    ("image-list", "GET"): (200, 200, 200, 200, 200, 401),
+    ("image-detail", "GET"): (200, 200, 200, 200, 200, 401),
+    ("project-list", "GET"): (200, 200, 200, 200, 200, 401),
+    ("project-detail", "GET"): (200, 200, 404, 200, 200, 401),
+    ("audit-event-list", "GET"): (403, 403, 403, 200, 403, 401),
+    ("audit-event-detail", "GET"): (403, 403, 403, 200, 403, 401),
+    ("order-list", "GET"): (200, 200, 200, 200, 200, 401),
+    ("order-list", "POST"): (201, 201, 400, 201, 403, 401),
+    ("order-estimate", "GET"): (200, 200, 200, 200, 200, 401),
+    ("order-detail", "GET"): (200, 200, 404, 200, 200, 401),
+    ("order-approve", "POST"): (403, 403, 404, 200, 403, 401),
+    ("order-reject", "POST"): (403, 403, 404, 200, 403, 401),
+    ("instance-list", "GET"): (200, 200, 200, 200, 200, 401),
+    ("instance-detail", "GET"): (200, 200, 404, 200, 200, 401),
+    ("instance-start", "POST"): (409, 403, 404, 409, 403, 401),
+    ("instance-stop", "POST"): (202, 403, 404, 202, 403, 401),
+    ("instance-terminate", "POST"): (202, 403, 404, 202, 403, 401),
+    ("quota-list", "GET"): (200, 200, 200, 200, 200, 401),
+    ("quota-list", "POST"): (403, 403, 403, 201, 403, 401),
+    ("quota-detail", "GET"): (200, 200, 404, 200, 200, 401),
+    ("quota-detail", "PUT"): (403, 403, 404, 200, 403, 401),
+    ("quota-detail", "PATCH"): (403, 403, 404, 200, 403, 401),
+    ("quota-detail", "DELETE"): (403, 403, 404, 204, 403, 401),
+    ("token-list", "GET"): (200, 200, 200, 200, 200, 401),
+    ("token-list", "POST"): (201, 201, 201, 201, 201, 201),
+    ("token-detail", "DELETE"): (204, 404, 404, 404, 404, 401),
+}
+
+# Routes this test leaves to others, and why.
+NOT_HERE = {
+    "login": "public by design; tests/portal/test_login.py",
+    "logout": "ends the caller's own session; tests/portal/test_login.py",
+    "health": "public by design; tests/portal/test_health.py",
+}
+# Methods of plain Django views (DRF views list their own).
+PAGE_METHODS = {
+    "approval-decide": ["POST"],
+    "quota-save": ["POST"],
+    "policy-save": ["POST"],
+    "host-action": ["POST"],
+    "order": ["GET", "POST"],
+    "tokens": ["GET", "POST"],
+}
+
+
+def _routes():
+    """(name, method) for every named route outside the Django admin."""
+    found = set()
+
+    def walk(patterns, prefix=""):
+        for pattern in patterns:
+            if isinstance(pattern, URLResolver):
+                if str(pattern.pattern).startswith("admin/"):
+                    continue  # the Django admin: admins only, by Django itself
+                yield from walk(pattern.url_patterns, prefix + str(pattern.pattern))
+            elif pattern.name and "format" not in str(pattern.pattern):
+                yield pattern
+
+    for pattern in walk(get_resolver().url_patterns):
+        callback = pattern.callback
+        if pattern.name in NOT_HERE:
+            continue
+        if getattr(callback, "actions", None):
+            methods = [method.upper() for method in callback.actions]
+        elif getattr(callback, "cls", None):
+            methods = [
+                m.upper()
+                for m in ("get", "post", "put", "patch", "delete")
+                if hasattr(callback.cls, m)
+            ]
+        else:
+            methods = PAGE_METHODS.get(pattern.name, ["GET"])
+        found.update((pattern.name, method) for method in methods)
+    return sorted(found)
+
+
+ROUTES = _routes()
+
+
+def test_every_route_is_in_the_table():
+    missing = sorted(set(ROUTES) - set(EXPECTED))
+    stale = sorted(set(EXPECTED) - set(ROUTES))
+    assert not missing, f"add these routes to EXPECTED with the answer each persona gets: {missing}"
+    assert not stale, f"these rows name routes that no longer exist: {stale}"
+
+
+@pytest.fixture
+def world(catalog, alice, bob, carol, ada, fin, projects, running_host, place_order):
+    vision = projects["vision-lab"]
+    host = running_host()
+    approval_policy_set(project=vision, actor=ada, gpus_above=2)
+    pending = place_order(alice, count=3)
+    quota = quota_set(project=vision, actor=ada, max_gpus=100)
+    token, _ = token_issue(user=alice, name="laptop")
+    ada_row = AuditEvent.objects.order_by("seq").first()
+    return {
+        "users": {"alice": alice, "bob": bob, "carol": carol, "ada": ada, "fin": fin},
+        "host": host,
+        "placed": host.order,
+        "pending": pending,
+        "quota": quota,
+        "token": token,
+        "event": ada_row,
+    }
+
+
+def _request(world, name: str, method: str) -> tuple[str, dict]:
+    """The path and body to send for one route and method, on alice's objects."""
+    host, pending, placed = world["host"], world["pending"], world["placed"]
+    kwargs = {
+        "approval-decide": {"pk": pending.pk, "decision": "approve"},
+        "quota-save": {"slug": "vision-lab"},
+        "policy-save": {"slug": "vision-lab"},
+        "order": {"name": "g5.xlarge"},
+        "order-estimate-panel": {"name": "g5.xlarge"},
+        "host": {"pk": host.pk},
+        "host-panel": {"pk": host.pk},
+        "host-action": {"pk": host.pk, "verb": "terminate"},
+        "audit-event": {"seq": world["event"].seq},
+        "audit-event-detail": {"seq": world["event"].seq},
+        "instance-type-detail": {"name": "g5.xlarge"},
+        "image-detail": {"name": "tf-2.17-cuda12.3"},
+        "project-detail": {"slug": "vision-lab"},
+        "order-detail": {"pk": placed.pk},
+        "order-approve": {"pk": pending.pk},
+        "order-reject": {"pk": pending.pk},
+        "instance-detail": {"pk": host.pk},
+        "instance-start": {"pk": host.pk},
+        "instance-stop": {"pk": host.pk},
+        "instance-terminate": {"pk": host.pk},
+        "quota-detail": {"pk": world["quota"].pk},
+        "token-detail": {"pk": world["token"].pk},
+    }.get(name, {})
+    path = reverse(name, kwargs=kwargs)
+    query = {"order-estimate": "?instance_type=g5.xlarge"}.get(name, "")
+    bodies = {
+        ("order-list", "POST"): {
+            "project": "vision-lab",
+            "instance_type": "g5.xlarge",
+            "image": "tf-2.17-cuda12.3",
+            "market": "on_demand",
+            "count": 1,
+            "ssh_public_key": ED25519,
+        },
+        ("order-reject", "POST"): {"reason": "not this month"},
+        ("quota-list", "POST"): {"project": "nlp-lab", "max_gpus": 4},
+        ("quota-detail", "PUT"): {"project": "vision-lab", "max_gpus": 50},
+        ("quota-detail", "PATCH"): {"max_gpus": 60},
+        ("token-list", "POST"): {"username": "alice", "password": PASSWORD, "name": "m"},
+        ("tokens", "POST"): {"name": "matrix"},
+        ("quota-save", "POST"): {"vision-lab-max_gpus": "50"},
+        ("policy-save", "POST"): {
+            "policy-vision-lab-gpus_above": "4",
+            "policy-vision-lab-expire_after_days": "3",
+        },
+    }
+    return path + query, bodies.get((name, method), {})
+
+
+def test_each_route_answers_each_persona_as_the_table_says(world):
+    """One pass over every route: each call runs in a transaction that is rolled back, so each
+    persona finds alice's objects as they were. Every mismatch is listed at once."""
+    clients = {"anonymous": Client()}
+    for persona, user in world["users"].items():
+        clients[persona] = Client()
+        clients[persona].force_login(user)
+    mismatches = []
+    for name, method in ROUTES:
+        if (name, method) not in EXPECTED:
+            continue  # reported by test_every_route_is_in_the_table
+        path, body = _request(world, name, method)
+        api = path.startswith("/api/")
+        got = []
+        for persona in PERSONAS:
+            with transaction.atomic():
+                if api and method != "GET":
+                    response = getattr(clients[persona], method.lower())(
+                        path, json.dumps(body), content_type="application/json"
+                    )
+                else:
+                    response = getattr(clients[persona], method.lower())(path, body)
+                got.append(response.status_code)
+                transaction.set_rollback(True)
+        if tuple(got) != EXPECTED[(name, method)]:
+            mismatches.append(
+                f"{method} {name}: expected {EXPECTED[(name, method)]}, got {tuple(got)}"
+            )
+    assert not mismatches, "\n".join(mismatches)

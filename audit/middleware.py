@@ -68,6 +68,9 @@ class AuditUnavailable(Exception):
     """The row for a request could not be written."""
 
 
+MAX_RECORDED_BYTES = 2**31 - 1
+
+
 def is_audited(request: HttpRequest) -> bool:
     """API calls, admin and audit pages whatever the method; any other page when unsafe."""
     if request.method not in SAFE_METHODS:
@@ -260,6 +263,10 @@ class _Call:
         if self.body is None:
             length = request.META.get("CONTENT_LENGTH") or ""
             size = int(length) if length.isdigit() else None
+            # A claimed length that no column holds is recorded as unknown, not as a failed
+            # insert that would leave the request without a row.
+            if size is not None and size > MAX_RECORDED_BYTES:
+                size = None
             return canonical_json({"_body": self.body_error}), "", size
         if not self.body:
             return "", "", 0

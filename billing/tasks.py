@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from billing.services import spot_prices_refresh
+from billing.services import budgets_check, rollups_refresh, spot_prices_refresh, usage_meter
 from instances.providers.base import ProviderTransientError
 
 
@@ -16,3 +16,21 @@ from instances.providers.base import ProviderTransientError
 )
 def refresh_spot_prices() -> int:
     return spot_prices_refresh()
+
+
+@shared_task
+def meter_usage() -> dict:
+    """Meter every host that needs it, then rebuild the rollups of the days that changed."""
+    report = usage_meter()
+    return {
+        "hosts": report.instances,
+        "rows_written": report.written,
+        "rows_deleted": report.deleted,
+        "rollups_rebuilt": rollups_refresh(),
+    }
+
+
+@shared_task
+def check_budgets() -> dict:
+    report = budgets_check()
+    return {"alerts": len(report.alerts), "stopped": len(report.stopped)}

@@ -30,9 +30,12 @@ MONEY = {"max_digits": 14, "decimal_places": 6}
 class StrictSerializer(serializers.Serializer):
     """Refuses fields it does not know, so a caller cannot set owner, status or prices."""
 
+    # DRF's own query parameters are not fields.
+    ignored = frozenset({"format"})
+
     def to_internal_value(self, data):
         if hasattr(data, "keys"):
-            unknown = sorted(set(data.keys()) - set(self.fields))
+            unknown = sorted(set(data.keys()) - set(self.fields) - self.ignored)
             if unknown:
                 raise serializers.ValidationError(
                     {
@@ -47,11 +50,23 @@ class StrictSerializer(serializers.Serializer):
         return super().to_internal_value(data)
 
 
+class ProjectOfCaller(serializers.SlugRelatedField):
+    """A project slug, looked up among the projects the caller may see."""
+
+    def get_queryset(self):
+        request = self.context.get("request")
+        if request is None:
+            return Project.objects.none()
+        return Project.objects.for_user(request.user)
+
+
 class OrderCreateSerializer(StrictSerializer):
-    project = serializers.SlugRelatedField(
+    project = ProjectOfCaller(
         slug_field="slug",
         queryset=Project.objects.all(),
-        error_messages={"does_not_exist": "There is no project {slug_name}={value}."},
+        # The same answer for a project that does not exist and one the caller is not in:
+        # project names are not for strangers to discover.
+        error_messages={"does_not_exist": "You are not a member of a project called {value}."},
     )
     instance_type = serializers.SlugRelatedField(
         slug_field="name",
@@ -196,20 +211,16 @@ class OrderSerializer(serializers.ModelSerializer):
 
     @extend_schema(responses=EstimateSerializer)
     def get_estimate(self, obj: Order) -> dict:
-        estimate = services.order_estimate(
-            instance_type=obj.instance_type,
-            market=obj.market,
-            count=obj.count,
-            lease_hours=obj.lease_hours,
-        )
+        """What the order costs at the price quoted when it was placed."""
         per_hour = obj.quoted_price_per_hour * obj.count
+        basis = "spot price when ordered" if obj.market == Market.SPOT else "on-demand list price"
         return EstimateSerializer(
             {
                 "price_per_host_hour": obj.quoted_price_per_hour,
                 "per_hour": per_hour,
                 "per_day": per_hour * 24,
                 "per_lease": per_hour * obj.lease_hours,
-                "basis": estimate.basis if obj.market == Market.SPOT else "on-demand list price",
+                "basis": basis,
             }
         ).data
 
@@ -273,7 +284,7 @@ class OrderViewSet(
         ],
     )
     def create(self, request, *args, **kwargs):
-        incoming = OrderCreateSerializer(data=request.data)
+        incoming = OrderCreateSerializer(data=request.data, context={"request": request})
         incoming.is_valid(raise_exception=True)
         key = request.headers.get("Idempotency-Key", "").strip()
         if len(key) > 255:

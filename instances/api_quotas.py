@@ -7,7 +7,7 @@ from django.db.models import Q
 from rest_framework import serializers, status, viewsets
 from rest_framework.response import Response
 
-from instances.quotas import usage
+from instances.quotas import quota_catalog_problems, usage
 from portal.errors import Forbidden
 from portal.models import Project, Quota, QuotaChange, User
 from portal.services import quota_delete, quota_set
@@ -64,6 +64,12 @@ class QuotaSerializer(serializers.ModelSerializer):
         read_only_fields = ["id", "updated_at"]
         # One quota per project (and member) is kept by quota_set, which updates in place.
         validators: list = []
+
+    def validate(self, attrs):
+        attrs, problems = quota_catalog_problems(attrs)
+        if problems:
+            raise serializers.ValidationError(problems, code="not_in_catalog")
+        return attrs
 
     def _usage(self, obj: Quota):
         cache = self.context.setdefault("_usage", {})

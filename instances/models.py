@@ -1,4 +1,4 @@
-"""The catalog (instance types, images); orders and instances join it in later issues."""
+"""The catalog (instance types, images), orders and their hosts, and the simulated cloud."""
 
 from __future__ import annotations
 
@@ -304,8 +304,9 @@ class Instance(models.Model):
         }
     )
     MOVING = frozenset({Status.PROVISIONING, Status.STOPPING, Status.STARTING, Status.TERMINATING})
-    # The legal moves (DESIGN rule 3). Any live status may also end in `terminated` when the
-    # cloud says the host is gone (the reconciler's ghosts).
+    # The legal moves (DESIGN rule 3). Every launched status may also end in `terminated` when
+    # the cloud says the host is gone (the reconciler's ghosts); a stop or start the cloud
+    # refuses goes back where it came from.
     ALLOWED: dict[str, frozenset[str]] = {
         Status.REQUESTED: frozenset({Status.PROVISIONING, Status.TERMINATING, Status.FAILED}),
         Status.PROVISIONING: frozenset(
@@ -314,9 +315,13 @@ class Instance(models.Model):
         Status.RUNNING: frozenset(
             {Status.STOPPING, Status.TERMINATING, Status.INTERRUPTED, Status.TERMINATED}
         ),
-        Status.STOPPING: frozenset({Status.STOPPED, Status.TERMINATING, Status.TERMINATED}),
+        Status.STOPPING: frozenset(
+            {Status.STOPPED, Status.RUNNING, Status.TERMINATING, Status.TERMINATED}
+        ),
         Status.STOPPED: frozenset({Status.STARTING, Status.TERMINATING, Status.TERMINATED}),
-        Status.STARTING: frozenset({Status.RUNNING, Status.TERMINATING, Status.TERMINATED}),
+        Status.STARTING: frozenset(
+            {Status.RUNNING, Status.STOPPED, Status.TERMINATING, Status.TERMINATED}
+        ),
         Status.TERMINATING: frozenset({Status.TERMINATED}),
         Status.INTERRUPTED: frozenset({Status.TERMINATING, Status.TERMINATED}),
         Status.TERMINATED: frozenset(),
@@ -329,10 +334,6 @@ class Instance(models.Model):
     @property
     def is_live(self) -> bool:
         return self.status in self.LIVE
-
-    @property
-    def tag(self) -> str:
-        return str(self.id)
 
 
 class InstanceEvent(models.Model):

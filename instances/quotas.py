@@ -101,3 +101,31 @@ def quota_check(request) -> None:
                     f"Quota exceeded: {who} may run {limit} {what}; {in_use} are in use{over} "
                     f"and this order asks for {asks}."
                 )
+
+
+def quota_catalog_problems(values: dict) -> tuple[dict, dict[str, str]]:
+    """Check the names in quota limits against the catalog; return the values with GPU models
+    spelled as the catalog spells them, and the problems by field. A per-model limit for a
+    misspelt model would never be enforced, and a misspelt type would block every order."""
+    from instances.models import InstanceType
+
+    offered = InstanceType.objects.offered()
+    models = {m.lower(): m for m in offered.values_list("gpu_model", flat=True)}
+    types = set(offered.values_list("name", flat=True))
+    values = dict(values)
+    problems: dict[str, str] = {}
+    by_model = values.get("max_gpus_by_model") or {}
+    unknown = sorted(k for k in by_model if k.lower() not in models)
+    if unknown:
+        problems["max_gpus_by_model"] = (
+            f"{', '.join(unknown)} is not a GPU model in the catalog; use "
+            f"{', '.join(sorted(models.values()))}."
+        )
+    else:
+        values["max_gpus_by_model"] = {models[k.lower()]: v for k, v in by_model.items()}
+    for field_name in ("allowed_instance_types", "allowed_markets"):
+        names = values.get(field_name) or []
+        unknown = sorted(set(names) - types)
+        if unknown:
+            problems[field_name] = f"{', '.join(unknown)} is not an instance type in the catalog."
+    return values, problems

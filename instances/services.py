@@ -1,4 +1,5 @@
-"""Writers for the catalog (DESIGN rule 1)."""
+"""Writers for the catalog, orders and hosts, and the worker side that talks to the cloud
+(DESIGN rule 1: services are the only writers)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from functools import partial
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Prefetch, Q
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -527,10 +528,31 @@ def order_request_of(order: Order) -> OrderRequest:
     )
 
 
+def _deciders() -> Q:
+    """Who may decide orders at all: active people who are not finance."""
+    return Q(is_active=True) & ~Q(role=User.Role.FINANCE)
+
+
 def approvers_of(project: Project):
+    """Admins and the project's managers: the people asked to decide its held orders."""
     return User.objects.filter(
-        Q(role=User.Role.ADMIN, is_active=True)
-        | Q(memberships__project=project, memberships__role=Membership.Role.MANAGER)
+        _deciders(),
+        Q(role=User.Role.ADMIN)
+        | Q(is_superuser=True)
+        | Q(memberships__project=project, memberships__role=Membership.Role.MANAGER),
+    ).distinct()
+
+
+def orders_to_decide(user: User):
+    """Held orders this person may decide: everyone's for admins, their projects' for
+    managers, never their own."""
+    rows = Order.objects.filter(status=Order.Status.PENDING_APPROVAL).exclude(requester=user)
+    if not user.is_authenticated or not User.objects.filter(_deciders(), pk=user.pk).exists():
+        return rows.none()
+    if user.is_portal_admin:
+        return rows
+    return rows.filter(
+        project__memberships__user=user, project__memberships__role=Membership.Role.MANAGER
     ).distinct()
 
 
@@ -538,10 +560,7 @@ def can_decide(user: User, order: Order) -> bool:
     """Admins and the project's managers decide; nobody approves their own order."""
     if order.requester_id == user.pk or not user.is_authenticated or user.is_finance:
         return False
-    return (
-        user.is_portal_admin
-        or order.project.memberships.filter(user=user, role=Membership.Role.MANAGER).exists()
-    )
+    return user.is_portal_admin or approvers_of(order.project).filter(pk=user.pk).exists()
 
 
 def _ask_approvers(order: Order) -> None:
@@ -556,12 +575,13 @@ def _ask_approvers(order: Order) -> None:
             )
 
 
-def order_transition(*, order: Order, to: str, reason: str, actor: str) -> Order:
-    """The only writer of Order.status after creation: locks, refuses illegal moves, records."""
+def order_transition(*, order: Order, to: str, reason: str, actor: str) -> tuple[Order, bool]:
+    """The only writer of Order.status after creation: locks, treats a repeat as a no-op,
+    refuses illegal moves, records. Returns (order, changed)."""
     with transaction.atomic():
         row = Order.objects.select_for_update().get(pk=order.pk)
         if row.status == to:
-            return row
+            return row, False
         if to not in Order.ALLOWED[row.status]:
             raise IllegalTransition(
                 f"This order is {row.get_status_display().lower()}; it cannot become "
@@ -573,6 +593,20 @@ def order_transition(*, order: Order, to: str, reason: str, actor: str) -> Order
             order=row, old_status=old, new_status=to, reason=reason[:500], actor=actor
         )
         _audit_system(actor, action=f"{old}->{to}", object_ref=f"order:{row.pk}", reason=reason)
+    return row, True
+
+
+def _lock_undecided(order: Order) -> Order:
+    """Lock a waiting order; a second click, or a second approver, gets a 409 (not a second set
+    of hosts)."""
+    row = Order.objects.select_for_update().get(pk=order.pk)
+    if row.status != Order.Status.PENDING_APPROVAL:
+        raise Conflict(
+            f"This order was already {row.get_status_display().lower()}"
+            + (f" by {row.decided_by.username}" if row.decided_by_id else "")
+            + "; nothing was changed.",
+            code="already_decided",
+        )
     return row
 
 
@@ -581,8 +615,9 @@ def order_approve(*, order: Order, user: User, reason: str = "") -> Order:
     if not can_decide(user, order):
         raise Forbidden("Only an admin or a manager of the project (not the requester) decides.")
     with transaction.atomic():
+        order = _lock_undecided(order)
         _admit(order_request_of(order))
-        order = order_transition(
+        order, _ = order_transition(
             order=order,
             to=Order.Status.APPROVED,
             reason=reason or "approved",
@@ -612,7 +647,8 @@ def order_reject(*, order: Order, user: User, reason: str) -> Order:
             {"reason": "Say why, so the researcher can order differently."}, code="required"
         )
     with transaction.atomic():
-        order = order_transition(
+        order = _lock_undecided(order)
+        order, _ = order_transition(
             order=order, to=Order.Status.REJECTED, reason=reason, actor=_actor(user)
         )
         Order.objects.filter(pk=order.pk).update(
@@ -642,7 +678,7 @@ def orders_expire(*, now: datetime | None = None) -> list[str]:
             continue
         with transaction.atomic():
             try:
-                order_transition(
+                _, changed = order_transition(
                     order=order,
                     to=Order.Status.EXPIRED,
                     reason=f"nobody decided within {days} days",
@@ -650,6 +686,8 @@ def orders_expire(*, now: datetime | None = None) -> list[str]:
                 )
             except IllegalTransition:
                 continue  # decided meanwhile
+            if not changed:
+                continue  # another pass expired it first and told the requester
             notice_send(
                 user=order.requester,
                 subject=f"Expired: {order.count}× {order.instance_type.name} for "
@@ -692,8 +730,15 @@ def _instances_create(order: Order) -> list[Instance]:
             actor=actor,
         )
         created.append(instance)
-        transaction.on_commit(partial(tasks.provision_instance.delay, str(instance_id)))
+        enqueue(tasks.provision_instance, str(instance_id))
     return created
+
+
+def enqueue(task, *args) -> None:
+    """Send a task once the transaction commits. robust: a broker outage must not turn a
+    committed order into an error answer (the caller would retry and order twice); the
+    reconciler enqueues work that sat too long, so a lost send is repaired."""
+    transaction.on_commit(partial(task.delay, *args), robust=True)
 
 
 # --- the instance state machine --------------------------------------------------------------
@@ -759,14 +804,19 @@ def _audit_system(actor: str, *, action: str, object_ref: str, reason: str) -> N
 
 def _walk(instance: Instance, path: list[str], *, reason: str, actor: str, at: datetime):
     """Apply several moves at the cloud's time (e.g. running → stopping → stopped when a host was
-    stopped behind the portal's back), skipping the ones already made."""
+    stopped behind the portal's back), skipping the ones already made. If another process moved
+    the row meanwhile, stop where it is: the next look at the cloud continues from there."""
     for status in path:
         if instance.status == status:
             continue
-        if status in Instance.ALLOWED[instance.status]:
+        if status not in Instance.ALLOWED[instance.status]:
+            continue
+        try:
             instance, _ = instance_transition(
                 instance=instance, to=status, reason=reason, actor=actor, at=at
             )
+        except IllegalTransition:
+            return instance_load(instance.pk)
     return instance
 
 
@@ -835,7 +885,7 @@ def _request_action(
             reason=f"{verb} requested by {user.username}",
             actor=_actor(user),
         )
-        transaction.on_commit(partial(task.delay, str(row.pk)))
+        enqueue(task, str(row.pk))
     return row
 
 
@@ -931,8 +981,10 @@ def launch_request(instance: Instance) -> LaunchRequest:
     )
 
 
-def _record_host(instance: Instance, host: CloudHost) -> Instance:
-    """Keep the cloud's identity and addresses of the host on the row (not a status change)."""
+def _record_host(instance: Instance, host: CloudHost) -> bool:
+    """Keep the cloud's identity and addresses of the host on the row (not a status change).
+    False when the row already belongs to another host (a double): that host says nothing
+    about this row."""
     fields = {
         "availability_zone": host.availability_zone,
         "private_ip": host.private_ip,
@@ -941,31 +993,43 @@ def _record_host(instance: Instance, host: CloudHost) -> Instance:
     }
     if host.state not in CloudState.GONE:
         fields["last_seen_at"] = timezone.now()
+    rows = Instance.objects.filter(pk=instance.pk)
     if instance.cloud_id is None:
-        fields["cloud_id"] = host.cloud_id
+        # Conditional: of two workers recording two hosts, the first wins and the other
+        # host becomes a double for reconcile to end.
+        if not rows.filter(cloud_id__isnull=True).update(cloud_id=host.cloud_id, **fields):
+            instance.refresh_from_db()
+            return instance.cloud_id == host.cloud_id
+        instance.cloud_id = host.cloud_id
     elif instance.cloud_id != host.cloud_id:
-        return instance
-    Instance.objects.filter(pk=instance.pk).update(**fields)
+        return False
+    else:
+        rows.update(**fields)
     for name, value in fields.items():
         setattr(instance, name, value)
-    return instance
+    return True
 
 
 def instance_apply_cloud(*, instance: Instance, host: CloudHost | None, actor: str) -> Instance:
     """Bring the row in step with what the cloud reports, at the cloud's own times."""
     S = Instance.Status
     if host is None:
-        if instance.cloud_id and instance.is_live:
+        seen = instance.last_seen_at or instance.launched_at or instance.status_changed_at
+        grace = timedelta(seconds=settings.PORTAL_GHOST_GRACE_SECONDS)
+        # EC2's describe is eventually consistent: a host launched a moment ago may not be
+        # listed yet. Only a host missing for longer than the grace is a ghost.
+        if instance.cloud_id and instance.is_live and seen < timezone.now() - grace:
             # A ghost: live here, unknown to the cloud. It ended no later than we last saw it.
             return _walk(
                 instance,
                 [S.TERMINATED],
                 reason="the cloud no longer knows this host",
                 actor=actor,
-                at=instance.last_seen_at or timezone.now(),
+                at=instance.last_seen_at or seen,
             )
         return instance
-    instance = _record_host(instance, host)
+    if not _record_host(instance, host):
+        return instance
     at, state = host.state_changed_at, host.state
     why = f"cloud reports {state}" + (f" ({host.state_reason})" if host.state_reason else "")
     if state == CloudState.TERMINATED:
@@ -978,6 +1042,8 @@ def instance_apply_cloud(*, instance: Instance, host: CloudHost | None, actor: s
                 at=at,
             )
         if host.spot_interrupted and instance.status in (S.RUNNING, S.INTERRUPTED):
+            if instance.status == S.RUNNING:
+                _tell_interrupted(instance)
             return _walk(
                 instance,
                 [S.INTERRUPTED, S.TERMINATED],
@@ -1001,6 +1067,17 @@ def instance_apply_cloud(*, instance: Instance, host: CloudHost | None, actor: s
     if state == CloudState.STOPPING and instance.status == S.RUNNING:
         return _walk(instance, [S.STOPPING], reason=why, actor=actor, at=at)
     return instance
+
+
+def _tell_interrupted(instance: Instance) -> None:
+    """The owner hears about an interruption at once (every interruption policy notifies)."""
+    notice_send(
+        user=instance.owner,
+        subject=f"Spot host interrupted: {instance.instance_type.name} in {instance.project.slug}",
+        body=f"The cloud took back spot host {instance.cloud_id}. Data on its local disks is "
+        "gone; order again (on-demand cannot be interrupted).",
+        link=f"/hosts/{instance.pk}/",
+    )
 
 
 def instance_load(instance_id) -> Instance:
@@ -1068,6 +1145,25 @@ def instance_sync(*, instance_id, provider: Provider | None = None) -> Instance:
     return instance_apply_cloud(instance=instance, host=host, actor="system:sync")
 
 
+def instance_action_refused(*, instance_id, action: str, error: Exception) -> Instance:
+    """The cloud refused a stop or start for good: put the row back where the host is, so it
+    neither shows a move that will never happen nor stops being metered."""
+    instance = instance_load(instance_id)
+    back = {
+        "stop": (Instance.Status.STOPPING, Instance.Status.RUNNING),
+        "start": (Instance.Status.STARTING, Instance.Status.STOPPED),
+    }.get(action)
+    if back is None or instance.status != back[0]:
+        return instance_sync(instance_id=instance_id)
+    instance, _ = instance_transition(
+        instance=instance,
+        to=back[1],
+        reason=f"the cloud refused to {action} it: {error}",
+        actor=f"system:{action}",
+    )
+    return instance
+
+
 def instance_cloud_action(
     *, instance_id, action: str, provider: Provider | None = None
 ) -> Instance:
@@ -1119,6 +1215,9 @@ class ReconcileReport:
         return sum(len(value) for value in vars(self).values())
 
 
+REENQUEUED = "re-enqueued"
+
+
 def reconcile(*, provider: Provider | None = None, now: datetime | None = None) -> ReconcileReport:
     """One pass of the loop that repairs lost and doubled work (DESIGN rule 5)."""
     from instances import tasks
@@ -1144,11 +1243,28 @@ def reconcile(*, provider: Provider | None = None, now: datetime | None = None) 
         S.STARTING: tasks.start_instance,
         S.TERMINATING: tasks.terminate_instance,
     }
-    for instance in lost:
-        instance_note(
-            instance=instance, note=f"re-enqueued: {instance.status} for too long", actor=actor
+    limit = settings.PORTAL_RECONCILE_MAX_RETRIES
+    for instance in lost.prefetch_related(
+        Prefetch(
+            "events",
+            queryset=InstanceEvent.objects.filter(reason__startswith=REENQUEUED),
+            to_attr="reenqueues",
         )
-        transaction.on_commit(partial(retry[instance.status].delay, str(instance.pk)))
+    ):
+        since = [e for e in instance.reenqueues if e.at >= instance.status_changed_at]
+        if since and max(e.at for e in since) >= stuck:
+            continue  # sent again recently: give that one time
+        if len(since) >= limit:
+            if instance.status in (S.REQUESTED, S.PROVISIONING):
+                instance_fail(
+                    instance_id=instance.pk,
+                    reason=f"No worker carried out the launch after {limit} tries; order again.",
+                )
+            continue  # a stop, start or terminate nobody carries out: leave it to an admin
+        instance_note(
+            instance=instance, note=f"{REENQUEUED}: {instance.status} for too long", actor=actor
+        )
+        enqueue(retry[instance.status], str(instance.pk))
         report.enqueued.append(str(instance.pk))
 
     # 2. Every live host the portal knows: ask the cloud, record what changed, catch ghosts.
@@ -1177,9 +1293,10 @@ def reconcile(*, provider: Provider | None = None, now: datetime | None = None) 
     )
     for host in tagged:
         row = rows.get(uuid.UUID(host.instance_uuid)) if _is_uuid(host.instance_uuid) else None
+        if row is not None and row.cloud_id is None:
+            row = instance_load(row.pk)  # an earlier host of this loop may have been adopted
         if row is not None and row.is_live and row.cloud_id in (None, host.cloud_id):
             if row.cloud_id is None:
-                row = instance_load(row.pk)
                 instance_note(instance=row, note=f"adopted cloud host {host.cloud_id}", actor=actor)
                 instance_apply_cloud(instance=row, host=host, actor=actor)
                 report.adopted.append(host.cloud_id)
@@ -1240,6 +1357,29 @@ def leases_expire(*, now: datetime | None = None) -> list[str]:
         except IllegalTransition:
             continue  # it moved on meanwhile (a user terminated it, the cloud lost it)
         if moved:
-            transaction.on_commit(partial(tasks.terminate_instance.delay, str(row.pk)))
+            enqueue(tasks.terminate_instance, str(row.pk))
             expired.append(str(row.pk))
     return expired
+
+
+def instance_system_stop(*, instance: Instance, reason: str, actor: str) -> Instance:
+    """Stop a running host on the portal's own account (a budget's stop-hosts policy).
+
+    On-demand hosts stop (their owner may start them again); spot hosts terminate, since the
+    cloud cannot stop a one-time spot host. A host that is no longer running is left alone.
+    The cloud call is enqueued once the transaction commits.
+    """
+    from instances import tasks
+
+    with transaction.atomic():
+        row = Instance.objects.select_for_update().get(pk=instance.pk)
+        if row.status != Instance.Status.RUNNING:
+            return row
+        if row.market == Market.SPOT:
+            to, task = Instance.Status.TERMINATING, tasks.terminate_instance
+        else:
+            to, task = Instance.Status.STOPPING, tasks.stop_instance
+        row, moved = instance_transition(instance=row, to=to, reason=reason, actor=actor)
+        if moved:
+            enqueue(task, str(row.pk))
+    return row

@@ -71,9 +71,10 @@ def _action(task, instance_id: str, action: str) -> str:
     except ProviderTransientError as error:
         raise task.retry(exc=error, countdown=_backoff(task.request.retries)) from error
     except ProviderPermanentError as error:
-        # The reconciler will bring the row in step with whatever the cloud says now.
         log.warning("%s %s refused by the cloud: %s", action, instance_id, error)
-        instance = services.instance_sync(instance_id=instance_id)
+        instance = services.instance_action_refused(
+            instance_id=instance_id, action=action, error=error
+        )
         return instance.status
     _poll_if_moving(instance)
     return instance.status

@@ -1,4 +1,4 @@
-"""Catalog pages."""
+"""Pages researchers use: the catalog, the order page, My hosts and a host's page."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from instances import services
@@ -82,6 +83,8 @@ class OrderForm(forms.Form):
     interruption_policy = forms.ChoiceField(
         choices=InterruptionPolicy.choices, required=False, initial=InterruptionPolicy.NOTIFY
     )
+    # One key per rendered form: a double click or a resubmitted page places one order.
+    submission = forms.UUIDField(widget=forms.HiddenInput, initial=uuid.uuid4)
 
     def __init__(self, *args, user, instance_type: InstanceType, **kwargs):
         super().__init__(*args, **kwargs)
@@ -154,6 +157,7 @@ def order_page(request: HttpRequest, name: str) -> HttpResponse:
         data = form.cleaned_data
         try:
             order, _ = services.order_submit(
+                idempotency_key=f"page-{data['submission']}",
                 requester=request.user,
                 project=Project.objects.get(slug=data["project"]),
                 instance_type=instance_type,
@@ -342,4 +346,7 @@ def host_action(request: HttpRequest, pk, verb: str) -> HttpResponse:
         return host_panel_partial(request, pk)
     if target == "host-rows":
         return hosts_rows_partial(request)
-    return redirect(request.POST.get("next") or reverse("host", args=[pk]))
+    back = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
+        back = reverse("host", args=[pk])
+    return redirect(back)

@@ -14,7 +14,7 @@ from django.views.decorators.http import require_POST
 
 from instances import services
 from instances.models import Instance, Order
-from instances.quotas import usage
+from instances.quotas import quota_catalog_problems, usage
 from portal.errors import Forbidden, PortalError
 from portal.models import ApprovalPolicy, Membership, Notice, Project, Quota
 from portal.services import approval_policy_set, notices_mark_read, quota_set
@@ -79,23 +79,17 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     context = {
         "cards": cards,
         "live_hosts": Instance.objects.filter(owner=user, status__in=Instance.LIVE).count(),
+        "my_hosts": Instance.objects.filter(owner=user, status__in=Instance.LIVE)
+        .select_related("instance_type", "project")
+        .order_by("-created_at")[:6],
         "waiting": waiting,
-        "inbox": _inbox(user).count() if services.can_order(user) else 0,
+        "inbox": services.orders_to_decide(user).count() if services.can_order(user) else 0,
         "notices": list(Notice.objects.filter(user=user)[:8]),
     }
     response = render(request, "instances/dashboard.html", context)
     # Shown once as new (highlighted above); from now on they are read.
-    notices_mark_read(user=user)
+    notices_mark_read(user=user, notice_ids=[notice.pk for notice in context["notices"]])
     return response
-
-
-def _inbox(user):
-    rows = Order.objects.filter(status=Order.Status.PENDING_APPROVAL).exclude(requester=user)
-    if user.is_portal_admin:
-        return rows
-    return rows.filter(
-        project__memberships__user=user, project__memberships__role=Membership.Role.MANAGER
-    )
 
 
 def approvals(request: HttpRequest) -> HttpResponse:
@@ -106,7 +100,7 @@ def approvals(request: HttpRequest) -> HttpResponse:
     ):
         return forbidden(request, "Only admins and project managers approve orders.")
     pending = (
-        _inbox(request.user)
+        services.orders_to_decide(request.user)
         .select_related("requester", "project", "instance_type", "image")
         .order_by("created_at")
     )
@@ -324,8 +318,12 @@ def quota_save(request: HttpRequest, slug: str) -> HttpResponse:
         )
         messages.error(request, f"{slug}: {problems}")
         return redirect(reverse("quotas") + f"#q-{slug}")
+    values, problems = quota_catalog_problems(form.cleaned_data)
+    if problems:
+        messages.error(request, f"{slug}: {' '.join(problems.values())}")
+        return redirect(reverse("quotas") + f"#q-{slug}")
     try:
-        quota_set(project=project, actor=request.user, **form.cleaned_data)
+        quota_set(project=project, actor=request.user, **values)
     except ValidationError as error:
         messages.error(request, f"{slug}: {' '.join(error.messages)}")
     except PortalError as error:

@@ -188,6 +188,8 @@ REST_FRAMEWORK = {
     "COERCE_DECIMAL_TO_STRING": True,
     # The token endpoint has its own limit, besides the per-account lockout.
     "DEFAULT_THROTTLE_RATES": {"auth-token": env_str("PORTAL_TOKEN_RATE", "10/minute")},
+    # Throttles key on the address the audit log records, never on a client's X-Forwarded-For.
+    "NUM_PROXIES": env_int("PORTAL_TRUSTED_PROXIES", 0),
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "GPU host portal API",
@@ -306,7 +308,14 @@ PORTAL_PROVISION_MAX_RETRIES = env_int("PORTAL_PROVISION_MAX_RETRIES", 5)
 PORTAL_PROVISION_RETRY_BACKOFF_SECONDS = env_int("PORTAL_PROVISION_RETRY_BACKOFF_SECONDS", 5)
 PORTAL_RECONCILE_SECONDS = env_int("PORTAL_RECONCILE_SECONDS", 30)
 PORTAL_RECONCILE_STUCK_SECONDS = env_int("PORTAL_RECONCILE_STUCK_SECONDS", 120)
+# How many times reconcile sends lost work again before it gives up (a launch then fails).
+PORTAL_RECONCILE_MAX_RETRIES = env_int("PORTAL_RECONCILE_MAX_RETRIES", 5)
 PORTAL_ORPHAN_GRACE_SECONDS = env_int("PORTAL_ORPHAN_GRACE_SECONDS", 300)
+# A host the cloud does not list is a ghost only after this long unseen (describe lags launch).
+PORTAL_GHOST_GRACE_SECONDS = env_int("PORTAL_GHOST_GRACE_SECONDS", 180)
+# Tagged on every cloud resource; reconcile touches only hosts of its own deployment, so that
+# staging and production may share an account.
+PORTAL_DEPLOYMENT = env_str("PORTAL_DEPLOYMENT", "default")
 
 PORTAL_DEMO_PASSWORD = env_str("PORTAL_DEMO_PASSWORD", "gpu-demo-2026")
 
@@ -372,3 +381,37 @@ CELERY_BEAT_SCHEDULE.update(
     }
 )
 # --- end of audit settings -------------------------------------------------------------------
+
+# --- Billing ---------------------------------------------------------------------------------
+# The budget check runs after the quota check, under the same project lock.
+ORDER_ADMISSION_CHECKS.append("billing.budgets.budget_check")
+# Seconds between metering passes (usage rows, then the daily rollups they changed) and between
+# budget checks (threshold notices, the stop-hosts policy).
+PORTAL_METER_SECONDS = env_int("PORTAL_METER_SECONDS", 60)
+PORTAL_BUDGET_CHECK_SECONDS = env_int("PORTAL_BUDGET_CHECK_SECONDS", 60)
+# Alert thresholds a new budget starts with, in percent of the monthly amount.
+try:
+    PORTAL_BUDGET_THRESHOLDS = sorted(
+        {int(value) for value in env_list("PORTAL_BUDGET_THRESHOLDS", "50,80,100")}
+    )
+except ValueError:
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(
+        "PORTAL_BUDGET_THRESHOLDS must be whole percentages separated by commas, e.g. 50,80,100."
+    ) from None
+# Where AWS Cost and Usage Reports are read from for reconciliation (the page can name another
+# key); an endpoint for MinIO or moto.
+PORTAL_CUR_S3_BUCKET = env_str("PORTAL_CUR_S3_BUCKET")
+PORTAL_CUR_S3_PREFIX = env_str("PORTAL_CUR_S3_PREFIX")
+PORTAL_CUR_S3_ENDPOINT_URL = env_str("PORTAL_CUR_S3_ENDPOINT_URL")
+CELERY_BEAT_SCHEDULE.update(
+    {
+        "meter-usage": {"task": "billing.tasks.meter_usage", "schedule": PORTAL_METER_SECONDS},
+        "check-budgets": {
+            "task": "billing.tasks.check_budgets",
+            "schedule": PORTAL_BUDGET_CHECK_SECONDS,
+        },
+    }
+)
+# --- end of billing settings -----------------------------------------------------------------

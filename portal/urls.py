@@ -6,6 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
 from audit.api import AuditEventViewSet
+from billing.api import BudgetViewSet, CostViewSet
 from instances import views as instance_views
 from instances import views_governance as governance
 from instances.api import ImageViewSet, InstanceTypeViewSet
@@ -30,6 +31,8 @@ router.register("orders", OrderViewSet, basename="order")
 router.register("instances", InstanceViewSet, basename="instance")
 router.register("quotas", QuotaViewSet, basename="quota")
 router.register("auth/tokens", TokenViewSet, basename="token")
+router.register("costs", CostViewSet, basename="cost")
+router.register("budgets", BudgetViewSet, basename="budget")
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -60,6 +63,7 @@ urlpatterns = [
     path("hosts/<uuid:pk>/panel/", instance_views.host_panel_partial, name="host-panel"),
     path("hosts/<uuid:pk>/<str:verb>/", instance_views.host_action, name="host-action"),
     path("", include("audit.urls")),
+    path("", include("billing.urls")),  # costs, budgets, reconciliation
     path("admin/", admin.site.urls),
     path("api/v1/", include(router.urls)),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="api-schema"),

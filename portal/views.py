@@ -10,7 +10,7 @@ from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
 from django.core.exceptions import ValidationError
 from django.db import connection
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
@@ -87,6 +87,8 @@ def tokens_page(request: HttpRequest) -> HttpResponse:
     issued = None
     if request.method == "POST":
         if "revoke" in request.POST:
+            if not request.POST["revoke"].isdigit():
+                raise Http404
             token = get_object_or_404(ApiToken, pk=request.POST["revoke"], user=request.user)
             token_revoke(token=token, actor=request.user)
             messages.success(request, f"Revoked {token.name} ({token.prefix}…).")

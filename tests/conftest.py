@@ -18,6 +18,10 @@ from rest_framework.test import APIClient
 from portal.models import Membership, User
 from portal.services import membership_set, project_upsert, user_upsert
 
+# Billing's timeline fixtures (hosts moved at chosen cloud times, then metered) serve the billing
+# tests and the cost report's browser test.
+pytest_plugins = ["tests.billing.timeline"]
+
 PASSWORD = "correct-horse-battery-staple"
 REQUIRE_SERVICES = os.environ.get("PORTAL_REQUIRE_SERVICES") == "1"
 
@@ -49,6 +53,16 @@ def pytest_sessionstart(session):
             "PORTAL_REQUIRE_SERVICES=1 but DATABASE_URL/CELERY_BROKER_URL do not point at "
             "PostgreSQL and Redis; CI must not skip the tests that need them."
         )
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache():
+    """Each test starts with an empty cache: throttle counters (keyed on the test client's one
+    address) must not leak from one test into the next."""
+    from django.core.cache import caches
+
+    for cache in caches.all():
+        cache.clear()
 
 
 @pytest.fixture

@@ -70,6 +70,8 @@ class CloudState:
 TAG_INSTANCE = "portal:instance"
 TAG_PROJECT = "portal:project"
 TAG_OWNER = "portal:owner"
+# Which portal launched it: reconcile adopts and ends only its own deployment's hosts.
+TAG_DEPLOYMENT = "portal:deployment"
 
 
 @dataclass(frozen=True)
@@ -148,3 +150,10 @@ class Provider(abc.ABC):
     @abc.abstractmethod
     def terminate(self, cloud_id: str) -> CloudHost | None:
         """Terminate a host; terminating a terminated or unknown one changes nothing."""
+
+
+def launch_tags(request: LaunchRequest) -> dict[str, str]:
+    """The request's tags plus this deployment's, as every provider stamps them at launch."""
+    from django.conf import settings
+
+    return {**request.tags, TAG_DEPLOYMENT: settings.PORTAL_DEPLOYMENT}

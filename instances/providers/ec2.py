@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Iterable
@@ -15,6 +16,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from instances.providers.base import (
+    TAG_DEPLOYMENT,
     TAG_INSTANCE,
     CloudHost,
     CloudState,
@@ -24,6 +26,7 @@ from instances.providers.base import (
     ProviderPermanentError,
     ProviderTransientError,
     SpotPriceQuote,
+    launch_tags,
 )
 
 log = logging.getLogger(__name__)
@@ -160,10 +163,12 @@ class EC2Provider(Provider):
         return images[0].get("RootDeviceName", "/dev/sda1")
 
     def launch(self, request: LaunchRequest) -> CloudHost:
-        tags = [{"Key": key, "Value": value} for key, value in sorted(request.tags.items())]
+        tags = [{"Key": k, "Value": v} for k, v in sorted(launch_tags(request).items())]
         tags.append({"Key": "Name", "Value": f"portal-{request.instance_uuid[:8]}"})
         # cloud-init installs the researcher's key: no EC2 key pair per user to manage.
-        user_data = "#cloud-config\nssh_authorized_keys:\n  - " + request.ssh_public_key + "\n"
+        # JSON strings are YAML strings: a key comment such as "alice: x #y" stays one string.
+        key = json.dumps(request.ssh_public_key)
+        user_data = f"#cloud-config\nssh_authorized_keys:\n  - {key}\n"
         ebs = {
             "VolumeSize": settings.PORTAL_EC2_ROOT_VOLUME_GB,
             "VolumeType": "gp3",
@@ -259,7 +264,10 @@ class EC2Provider(Provider):
             if instance_uuid
             else {"Name": "tag-key", "Values": [TAG_INSTANCE]}
         )
-        return self._instances([tag_filter, {"Name": "instance-state-name", "Values": live}])
+        deployment = {"Name": f"tag:{TAG_DEPLOYMENT}", "Values": [settings.PORTAL_DEPLOYMENT]}
+        return self._instances(
+            [tag_filter, deployment, {"Name": "instance-state-name", "Values": live}]
+        )
 
     def _one(self, cloud_id: str) -> CloudHost:
         found = self.describe([cloud_id]).get(cloud_id)

@@ -12,6 +12,7 @@ import json
 import math
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -31,6 +32,7 @@ from instances.providers.base import (
     ProviderPermanentError,
     ProviderTransientError,
     SpotPriceQuote,
+    launch_tags,
 )
 
 SPOT_INTERRUPTION_REASON = "Server.SpotInstanceTermination: Spot Instance termination"
@@ -219,6 +221,7 @@ class SimulatedProvider(Provider):
 
     def launch(self, request: LaunchRequest) -> CloudHost:
         self._call()
+        request = replace(request, tags=launch_tags(request))
         digest = self._digest(request)
         existing = SimulatedHost.objects.filter(client_token=request.client_token).first()
         if existing is not None:

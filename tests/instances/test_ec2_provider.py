@@ -8,6 +8,7 @@ from decimal import Decimal
 
 import boto3
 import pytest
+import yaml
 from botocore.exceptions import EndpointConnectionError
 from botocore.stub import Stubber
 
@@ -126,7 +127,9 @@ def test_the_researchers_key_reaches_cloud_init_as_a_cloud_config(moto_ec2, laun
     )
     user_data = base64.b64decode(reply["UserData"]["Value"]).decode()
     assert user_data.startswith("#cloud-config\n")
-    assert f"  - {SSH_KEY}\n" in user_data
+    # What cloud-init reads: the key, whole, as the one authorized key (quoted, so that a
+    # comment with YAML syntax in it cannot become config).
+    assert yaml.safe_load(user_data) == {"ssh_authorized_keys": [SSH_KEY]}
 
 
 def test_without_network_settings_the_host_goes_to_the_default_subnet(moto_ec2, launch):

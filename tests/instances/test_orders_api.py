@@ -61,7 +61,7 @@ def test_a_spot_order_is_quoted_at_the_current_spot_price(as_alice, order_body, 
     body = response.json()
     assert Decimal(body["quoted_price_per_hour"]) == spot
     assert body["interruption_policy"] == "notify"
-    assert body["estimate"]["basis"].startswith("spot price seen")
+    assert body["estimate"]["basis"] == "spot price when ordered"
 
 
 def test_lease_defaults_from_settings(as_alice, order_body, settings):
@@ -73,8 +73,9 @@ def test_lease_defaults_from_settings(as_alice, order_body, settings):
 @pytest.mark.parametrize(
     ("overrides", "field", "says"),
     [
-        ({"project": "nlp-lab"}, "project", "You are not a member of nlp-lab"),
-        ({"project": "no-such-lab"}, "project", "There is no project slug=no-such-lab"),
+        # A project one is not in and one that does not exist get the same answer.
+        ({"project": "nlp-lab"}, "project", "You are not a member of a project called nlp-lab"),
+        ({"project": "no-lab"}, "project", "You are not a member of a project called no-lab"),
         ({"instance_type": "x9.huge"}, "instance_type", "x9.huge is not in the catalog"),
         ({"image": "tf-0.1"}, "image", "tf-0.1 is not an image"),
         (

@@ -187,6 +187,23 @@ def test_reconcile_marks_ghosts_terminated_when_last_seen(running_host):
     assert event.at == seen and event.actor == "system:reconcile"
 
 
+def test_a_host_missing_for_less_than_the_grace_is_not_a_ghost(running_host, settings):
+    """EC2's describe lags a launch: a host just seen and missing once is left alone."""
+    settings.PORTAL_GHOST_GRACE_SECONDS = 180
+    instance = running_host()
+    Instance.objects.filter(pk=instance.pk).update(
+        last_seen_at=timezone.now() - timedelta(seconds=60)
+    )
+    SimulatedHost.objects.filter(cloud_id=instance.cloud_id).delete()
+    assert services.reconcile().ghosts == []
+    instance.refresh_from_db()
+    assert instance.status == S.RUNNING
+    Instance.objects.filter(pk=instance.pk).update(
+        last_seen_at=timezone.now() - timedelta(seconds=181)
+    )
+    assert services.reconcile().ghosts == [str(instance.pk)]
+
+
 def test_reconcile_notices_a_host_killed_behind_the_portals_back(running_host):
     instance = running_host()
     call_command("simulated_cloud", "terminate", instance.cloud_id, stdout=io.StringIO())
@@ -204,6 +221,12 @@ def test_reconcile_notices_a_spot_interruption(running_host):
     statuses = list(instance.events.values_list("new_status", flat=True))
     assert statuses[-2:] == [S.INTERRUPTED, S.TERMINATED]
     assert "spot capacity reclaimed" in instance.events.get(new_status=S.INTERRUPTED).reason
+    from portal.models import Notice
+
+    notice = Notice.objects.get(user=instance.owner)
+    assert notice.subject == "Spot host interrupted: g5.xlarge in vision-lab"
+    services.reconcile()  # seen again: told once
+    assert Notice.objects.filter(user=instance.owner).count() == 1
 
 
 def test_interrupting_an_on_demand_host_is_refused(running_host):

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+from datetime import timedelta
 
 import pytest
+from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.utils import timezone
 
 from instances import services
 from instances.models import Instance, Order
@@ -157,6 +160,10 @@ def end_as_ghost(instance, alice):
     from instances.models import SimulatedHost
 
     SimulatedHost.objects.filter(cloud_id=instance.cloud_id).delete()
+    # Missing from the cloud for longer than the ghost grace.
+    Instance.objects.filter(pk=instance.pk).update(
+        last_seen_at=timezone.now() - timedelta(seconds=settings.PORTAL_GHOST_GRACE_SECONDS + 1)
+    )
     services.reconcile()
 
 

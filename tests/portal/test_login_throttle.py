@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import pytest
 from axes.models import AccessAttempt
 from django.utils import timezone
 
@@ -75,10 +74,3 @@ def test_the_token_endpoint_has_its_own_rate_limit(api, alice, settings):
     finally:
         api_settings.DEFAULT_THROTTLE_RATES["auth-token"] = "10/minute"
     assert codes == [401, 401, 401, 429]
-
-
-@pytest.fixture(autouse=True)
-def _fresh_throttle_cache():
-    from django.core.cache import cache
-
-    cache.clear()

@@ -8,12 +8,22 @@ from django.core.management.base import BaseCommand
 
 from audit.services import audit_record_system
 from portal.models import Membership, User
-from portal.services import membership_set, project_upsert, user_upsert
+from portal.services import (
+    approval_policy_set,
+    membership_set,
+    project_upsert,
+    quota_set,
+    user_upsert,
+)
 
 PROJECTS = [
     ("vision-lab", "Vision Lab", "Image models: detection, segmentation, ViT pre-training."),
     ("nlp-lab", "NLP Lab", "Language models: fine-tuning and evaluation."),
 ]
+DEMO_QUOTAS = {
+    "vision-lab": {"max_gpus": 32, "max_gpus_by_model": {"H100": 16}, "max_lease_hours": 72},
+    "nlp-lab": {"max_gpus": 16, "allowed_markets": {"p5.48xlarge": ["spot"]}},
+}
 PEOPLE = [
     # username, first, last, role, [(project, membership role)]
     ("alice", "Alice", "Andersen", User.Role.RESEARCHER, [("vision-lab", "member")]),
@@ -56,6 +66,13 @@ class Command(BaseCommand):
                 membership_set(
                     project=projects[slug], user=user, role=Membership.Role(membership_role)
                 )
+        # Limits that show what admins can do, set only where none exist yet.
+        admin = User.objects.get(username="ada")
+        for slug, limits in DEMO_QUOTAS.items():
+            if not projects[slug].quotas.exists():
+                quota_set(project=projects[slug], actor=admin, **limits)
+        if not hasattr(projects["vision-lab"], "approval_policy"):
+            approval_policy_set(project=projects["vision-lab"], actor=admin, gpus_above=8)
         audit_record_system(
             name="seed_demo",
             kind="command",

@@ -1,0 +1,229 @@
+"""Where a project stands against its monthly budget, and the order-time budget check.
+
+Spent is month to date from the daily rollups (as fresh as the last metering pass). Committed
+is what the project's hosts that are running, or about to run, will cost from now to the end
+of their lease or of the month, whichever comes first, at today's rate (list price on-demand,
+the newest spot price for spot). Forecast = spent + committed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+
+from django.db.models import Sum
+from django.utils import timezone
+
+from billing.models import Budget, DailyRollup
+from billing.money import SECONDS_PER_HOUR, dollars, micros
+from instances.models import Instance, Market
+from portal.errors import Conflict
+from portal.models import Project
+
+# Hosts that cost money now or will as soon as the cloud starts them.
+COMMITTED = (
+    Instance.Status.REQUESTED,
+    Instance.Status.PROVISIONING,
+    Instance.Status.STARTING,
+    Instance.Status.RUNNING,
+)
+
+
+def month_of(moment: datetime) -> date:
+    moment = moment.astimezone(UTC)
+    return date(moment.year, moment.month, 1)
+
+
+def next_month(first: date) -> date:
+    return date(first.year + (first.month == 12), first.month % 12 + 1, 1)
+
+
+def month_end(moment: datetime) -> datetime:
+    return datetime.combine(next_month(month_of(moment)), time(0), tzinfo=UTC)
+
+
+def usd(rate_seconds: int) -> str:
+    """$1,234.56 from rate-seconds, rounded once."""
+    amount = dollars(rate_seconds)
+    return f"{'-' if amount < 0 else ''}${abs(amount):,.2f}"
+
+
+def host_rate_micros(instance: Instance) -> int:
+    """Today's rate of a host: the list price on-demand, the newest spot price for spot (the
+    price quoted at order time while none is known)."""
+    kind = instance.instance_type
+    if instance.market == Market.SPOT:
+        price = kind.spot_price_per_hour
+        return micros(price if price is not None else instance.order.quoted_price_per_hour)
+    return micros(kind.on_demand_price_per_hour)
+
+
+def committed_rs(instance: Instance, now: datetime) -> int:
+    until = instance.lease_expires_at or now + timedelta(hours=instance.order.lease_hours)
+    until = min(until, month_end(now))
+    seconds = max(0, int((until - now).total_seconds()))
+    return host_rate_micros(instance) * seconds
+
+
+@dataclass
+class BudgetStatus:
+    """A project's month against its budget (``budget`` None: it has none)."""
+
+    project: Project
+    budget: Budget | None
+    month: date
+    spent_rs: int
+    committed_rs: int
+
+    @property
+    def forecast_rs(self) -> int:
+        return self.spent_rs + self.committed_rs
+
+    @property
+    def amount_rs(self) -> int | None:
+        if self.budget is None:
+            return None
+        return micros(self.budget.monthly_amount) * SECONDS_PER_HOUR
+
+    @property
+    def left_rs(self) -> int | None:
+        """What orders may still commit: the budget less spend and what live hosts will cost."""
+        amount = self.amount_rs
+        return None if amount is None else amount - self.forecast_rs
+
+    def percent(self, value_rs: int) -> int | None:
+        amount = self.amount_rs
+        if amount is None:
+            return None
+        if amount == 0:
+            return 100 if value_rs > 0 else 0
+        return value_rs * 100 // amount
+
+    @property
+    def percent_spent(self) -> int | None:
+        return self.percent(self.spent_rs)
+
+    @property
+    def percent_forecast(self) -> int | None:
+        return self.percent(self.forecast_rs)
+
+    @property
+    def level(self) -> str:
+        """ok, high (forecast past the first alert), over (spend at or past the budget)."""
+        spent, forecast = self.percent_spent, self.percent_forecast
+        if spent is None:
+            return "none"
+        if spent >= 100 and (self.spent_rs > 0):
+            return "over"
+        if forecast is not None and forecast >= 80:
+            return "high"
+        return "ok"
+
+    # Shown figures: rounded once, here.
+    @property
+    def spent(self):
+        return dollars(self.spent_rs)
+
+    @property
+    def forecast(self):
+        return dollars(self.forecast_rs)
+
+    @property
+    def committed(self):
+        return dollars(self.committed_rs)
+
+    @property
+    def left(self):
+        left = self.left_rs
+        return None if left is None else dollars(left)
+
+    def bar(self) -> dict:
+        """Widths for a bar scaled to the larger of budget and forecast."""
+        amount = self.amount_rs or 0
+        scale = max(amount, self.forecast_rs, 1)
+        return {
+            "spent": min(100, self.spent_rs * 1000 // scale / 10),
+            "forecast": min(100, self.forecast_rs * 1000 // scale / 10),
+            "budget": amount * 1000 // scale / 10 if amount else None,
+        }
+
+
+def budget_statuses(
+    projects: Iterable[Project], *, now: datetime | None = None
+) -> list[BudgetStatus]:
+    """One status per project, in three queries whatever the number of projects."""
+    now = now or timezone.now()
+    projects = list(projects)
+    ids = [p.pk for p in projects]
+    first = month_of(now)
+    spent = dict(
+        DailyRollup.objects.filter(project_id__in=ids, day__gte=first, day__lt=next_month(first))
+        .values_list("project_id")
+        .annotate(total=Sum("cost_rs"))
+        .values_list("project_id", "total")
+    )
+    committed: dict[int, int] = {}
+    live = Instance.objects.filter(project_id__in=ids, status__in=COMMITTED).select_related(
+        "instance_type", "order"
+    )
+    for instance in live:
+        committed[instance.project_id] = committed.get(instance.project_id, 0) + committed_rs(
+            instance, now
+        )
+    budgets = {
+        b.project_id: b
+        for b in Budget.objects.filter(project_id__in=ids).select_related("updated_by")
+    }
+    return [
+        BudgetStatus(
+            project=project,
+            budget=budgets.get(project.pk),
+            month=first,
+            spent_rs=int(spent.get(project.pk) or 0),
+            committed_rs=committed.get(project.pk, 0),
+        )
+        for project in projects
+    ]
+
+
+def budget_status(project: Project, *, now: datetime | None = None) -> BudgetStatus:
+    return budget_statuses([project], now=now)[0]
+
+
+class BudgetExceeded(Conflict):
+    code = "budget_exceeded"
+
+
+def order_cost_rs(request) -> int:
+    """An order's expected cost over its whole lease, at the estimate's rate (spot: current)."""
+    rate = micros(request.estimate.price_per_host_hour)
+    return rate * request.count * request.lease_hours * SECONDS_PER_HOUR
+
+
+def budget_check(request) -> None:
+    """An ORDER_ADMISSION_CHECKS entry (runs under the project's row lock): an order the
+    project's budget policy covers must fit what is left of this month's budget."""
+    budget = Budget.objects.filter(project=request.project).first()
+    if budget is None or not budget.blocks(request.market):
+        return
+    status = budget_status(request.project)
+    cost = order_cost_rs(request)
+    left = status.left_rs
+    if cost <= left:
+        return
+    slug = request.project.slug
+    month = f"{status.month:%B %Y}"
+    hosts = f"{request.count} host{'s' if request.count != 1 else ''}"
+    remaining = usd(left) if left > 0 else "nothing"
+    advice = (
+        "order spot, fewer hosts or a shorter lease, or ask finance to raise the budget"
+        if budget.policy == Budget.Policy.BLOCK_ON_DEMAND and request.market == Market.ON_DEMAND
+        else "order fewer hosts or a shorter lease, or ask finance to raise the budget"
+    )
+    raise BudgetExceeded(
+        f"Budget exceeded: {slug} has {remaining} left of its {usd(status.amount_rs)} budget "
+        f"for {month} (spent {usd(status.spent_rs)}, hosts running will cost "
+        f"{usd(status.committed_rs)} more); this order ({hosts} for {request.lease_hours} h) "
+        f"would cost {usd(cost)}. To go ahead, {advice}."
+    )

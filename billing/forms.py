@@ -1,0 +1,176 @@
+"""Input of the billing pages and API: what a cost report covers, a budget, a bill to import."""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+
+from django import forms
+from django.conf import settings
+from django.utils import timezone
+
+from billing.models import Budget
+from billing.reports import GRANULARITIES, GROUPS, ReportQuery
+from instances.models import InstanceType, Market
+from portal.models import Project, User
+
+# A day-by-day report longer than this is unreadable; week or month covers longer ranges.
+MAX_DAYS_BY_DAY = 366
+MAX_DAYS = 3 * 366
+
+
+def this_month(today: date) -> tuple[date, date]:
+    return today.replace(day=1), today
+
+
+class ReportForm(forms.Form):
+    """A cost report's parameters, shared by the Costs page, its CSV and GET /api/v1/costs/."""
+
+    start = forms.DateField(required=False, help_text="First UTC day, YYYY-MM-DD (default: 1st)")
+    end = forms.DateField(required=False, help_text="Last UTC day, included (default: today)")
+    group_by = forms.ChoiceField(choices=list(GROUPS.items()), required=False)
+    granularity = forms.ChoiceField(choices=list(GRANULARITIES.items()), required=False)
+    project = forms.CharField(required=False, help_text="A project's slug")
+    user = forms.CharField(required=False, help_text="A username")
+    instance_type = forms.CharField(required=False, help_text="An instance type's name")
+    gpu_model = forms.CharField(required=False)
+    market = forms.ChoiceField(choices=[("", "both"), *Market.choices], required=False)
+
+    def __init__(self, *args, viewer, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.viewer = viewer
+
+    def clean_project(self):
+        slug = self.cleaned_data["project"].strip()
+        if not slug:
+            return None
+        project = Project.objects.for_user(self.viewer).filter(slug=slug).first()
+        if project is None:
+            yours = ", ".join(
+                Project.objects.for_user(self.viewer).values_list("slug", flat=True)[:20]
+            )
+            raise forms.ValidationError(
+                f"{slug} is not a project you can see; yours: {yours or 'none'}.", code="unknown"
+            )
+        return project
+
+    def clean_user(self):
+        name = self.cleaned_data["user"].strip()
+        if not name:
+            return None
+        user = User.objects.filter(username=name).first()
+        if user is None:
+            raise forms.ValidationError(f"There is no user {name}.", code="unknown")
+        return user
+
+    def clean_instance_type(self):
+        name = self.cleaned_data["instance_type"].strip()
+        if not name:
+            return None
+        kind = InstanceType.objects.filter(name=name).first()
+        if kind is None:
+            raise forms.ValidationError(f"{name} is not an instance type.", code="unknown")
+        return kind
+
+    def clean(self):
+        data = super().clean()
+        today = timezone.now().date()
+        first, last = this_month(today)
+        start = data.get("start") or first
+        end = data.get("end") or (last if not data.get("start") else max(start, today))
+        granularity = data.get("granularity") or ("day" if (end - start).days < 62 else "month")
+        if "start" in self.errors or "end" in self.errors:
+            return data
+        if start > end:
+            raise forms.ValidationError(
+                {"end": f"end ({end}) is before start ({start}); give end on or after start."},
+                code="invalid_range",
+            )
+        days = (end - start).days + 1
+        if days > MAX_DAYS:
+            raise forms.ValidationError(
+                {"start": f"A report covers at most {MAX_DAYS} days; this one asks for {days}."},
+                code="invalid_range",
+            )
+        if granularity == "day" and days > MAX_DAYS_BY_DAY:
+            raise forms.ValidationError(
+                {
+                    "granularity": f"Day by day covers at most {MAX_DAYS_BY_DAY} days; use week "
+                    "or month for longer ranges."
+                },
+                code="invalid_range",
+            )
+        data.update(
+            start=start,
+            end=end,
+            granularity=granularity,
+            group_by=data.get("group_by") or "project",
+        )
+        return data
+
+    def query(self) -> ReportQuery:
+        data = self.cleaned_data
+        return ReportQuery(
+            start=data["start"],
+            end=data["end"],
+            group_by=data["group_by"],
+            granularity=data["granularity"],
+            project=data.get("project"),
+            user=data.get("user"),
+            instance_type=data.get("instance_type"),
+            gpu_model=(data.get("gpu_model") or "").strip(),
+            market=data.get("market") or "",
+        )
+
+
+def presets(today: date) -> list[tuple[str, date, date]]:
+    """Quick ranges the Costs page offers."""
+    first = today.replace(day=1)
+    last_month_end = first - timedelta(days=1)
+    return [
+        ("This month", first, today),
+        ("Last month", last_month_end.replace(day=1), last_month_end),
+        ("Last 30 days", today - timedelta(days=29), today),
+        ("Last 90 days", today - timedelta(days=89), today),
+        ("This year", today.replace(month=1, day=1), today),
+    ]
+
+
+class BudgetForm(forms.Form):
+    """One project's budget on the Budgets page (prefixed with the project's slug)."""
+
+    monthly_amount = forms.DecimalField(
+        required=False, min_value=0, max_digits=14, decimal_places=2, label="Monthly budget ($)"
+    )
+    thresholds = forms.CharField(
+        required=False, help_text="Percentages, comma-separated", label="Alert at (%)"
+    )
+    policy = forms.ChoiceField(choices=Budget.Policy.choices, required=False, label="At 100 %")
+
+    def clean_thresholds(self):
+        raw = self.cleaned_data["thresholds"].strip()
+        if not raw:
+            return list(settings.PORTAL_BUDGET_THRESHOLDS)
+        try:
+            return [int(part) for part in raw.replace(" ", "").split(",") if part]
+        except ValueError:
+            raise forms.ValidationError(
+                "Give whole percentages separated by commas, e.g. 50, 80, 100.", code="invalid"
+            ) from None
+
+
+class CurUploadForm(forms.Form):
+    """A Cost and Usage Report to reconcile: a file, or a key in S3."""
+
+    report = forms.FileField(required=False, label="CUR file (.csv or .csv.gz)")
+    bucket = forms.CharField(required=False, max_length=255)
+    key = forms.CharField(required=False, max_length=1024, label="Key")
+
+    def clean(self):
+        data = super().clean()
+        if not data.get("report") and not data.get("key"):
+            raise forms.ValidationError(
+                "Choose a CUR file to upload, or give the S3 key of one.", code="required"
+            )
+        if data.get("key") and not data.get("bucket"):
+            raise forms.ValidationError({"bucket": "Name the S3 bucket the key is in."})
+        return data

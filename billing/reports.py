@@ -1,0 +1,376 @@
+"""Cost reports: read from the daily rollups (never the usage rows), rounded once for display.
+
+A report is a date range (UTC days, both ends included), a grouping (project, user, instance
+type, GPU model or market), a granularity (day, week from Monday, month) and optional filters.
+Its lines are (period, group) pairs with the spend split on-demand / spot, the savings (what
+the same seconds would have cost on-demand at the list price, less what they cost) and the
+GPU-hours. Figures are rounded once: each column's total first, then the groups share it by
+largest remainder, then each group's periods share the group's figure; so every shown line adds
+up to its group and every group to the total.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+
+from django.db.models import F, Q, Sum
+from django.db.models.functions import TruncMonth, TruncWeek
+
+from billing.models import DailyRollup
+from billing.money import (
+    GPU_SECONDS_PER_TENTH_HOUR,
+    RS_PER_CENT,
+    allocate,
+    cents_to_decimal,
+    gpu_hours_to_decimal,
+)
+from instances.models import InstanceType, Market
+from portal.models import Project, User
+
+GROUPS = {
+    "project": "Project",
+    "user": "User",
+    "instance_type": "Instance type",
+    "gpu_model": "GPU model",
+    "market": "Market",
+}
+GRANULARITIES = {"day": "Day", "week": "Week", "month": "Month"}
+_GROUP_FIELD = {
+    "project": "project_id",
+    "user": "user_id",
+    "instance_type": "instance_type_id",
+    "gpu_model": "gpu_model",
+    "market": "market",
+}
+
+
+@dataclass(frozen=True)
+class ReportQuery:
+    """What a report covers; built and checked by billing.forms.ReportForm."""
+
+    start: date
+    end: date
+    group_by: str = "project"
+    granularity: str = "day"
+    project: Project | None = None
+    user: User | None = None
+    instance_type: InstanceType | None = None
+    gpu_model: str = ""
+    market: str = ""
+
+
+@dataclass
+class Figures:
+    """Shown figures of a line, a group or the total (cents and tenths of a GPU-hour)."""
+
+    on_demand_cents: int = 0
+    spot_cents: int = 0
+    savings_cents: int = 0
+    gpu_tenths: int = 0
+
+    @property
+    def cost(self) -> Decimal:
+        return cents_to_decimal(self.on_demand_cents + self.spot_cents)
+
+    @property
+    def on_demand(self) -> Decimal:
+        return cents_to_decimal(self.on_demand_cents)
+
+    @property
+    def spot(self) -> Decimal:
+        return cents_to_decimal(self.spot_cents)
+
+    @property
+    def savings(self) -> Decimal:
+        return cents_to_decimal(self.savings_cents)
+
+    @property
+    def on_demand_equivalent(self) -> Decimal:
+        """What the same seconds would have cost on-demand: spend plus savings."""
+        return self.cost + self.savings
+
+    @property
+    def gpu_hours(self) -> Decimal:
+        return gpu_hours_to_decimal(self.gpu_tenths)
+
+    @property
+    def spot_percent(self) -> Decimal:
+        total = self.on_demand_cents + self.spot_cents
+        if not total:
+            return Decimal(0)
+        return (Decimal(self.spot_cents) * 100 / total).quantize(Decimal("0.1"))
+
+    @property
+    def on_demand_percent(self) -> Decimal:
+        total = self.on_demand_cents + self.spot_cents
+        return Decimal(100) - self.spot_percent if total else Decimal(0)
+
+    @property
+    def savings_percent(self) -> Decimal:
+        """Savings as a share of the on-demand equivalent."""
+        equivalent = self.on_demand_cents + self.spot_cents + self.savings_cents
+        if not equivalent:
+            return Decimal(0)
+        return (Decimal(self.savings_cents) * 100 / equivalent).quantize(Decimal("0.1"))
+
+    @property
+    def cost_per_gpu_hour(self) -> Decimal | None:
+        if not self.gpu_tenths:
+            return None
+        cents = self.on_demand_cents + self.spot_cents
+        return (Decimal(cents) * 10 / 100 / self.gpu_tenths).quantize(Decimal("0.0001"))
+
+
+@dataclass
+class Line:
+    period: date
+    key: str
+    label: str
+    figures: Figures
+
+
+@dataclass
+class Group:
+    key: str
+    label: str
+    figures: Figures
+    share: Decimal = Decimal(0)
+    lines: list[Line] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    query: ReportQuery
+    total: Figures
+    groups: list[Group]
+    periods: list[tuple[date, Figures]]
+
+    @property
+    def lines(self) -> list[Line]:
+        return sorted(
+            (line for group in self.groups for line in group.lines),
+            key=lambda line: (line.period, line.label),
+        )
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.groups
+
+
+@dataclass
+class _Exact:
+    on_demand: int = 0
+    spot: int = 0
+    savings: int = 0
+    gpu_seconds: int = 0
+
+    def add(self, market: str, cost: int, list_cost: int, gpu_seconds: int) -> None:
+        if market == Market.SPOT:
+            self.spot += cost
+        else:
+            self.on_demand += cost
+        self.savings += list_cost - cost
+        self.gpu_seconds += gpu_seconds
+
+
+def period_start(day: date, granularity: str) -> date:
+    if granularity == "week":
+        return day - timedelta(days=day.weekday())
+    if granularity == "month":
+        return day.replace(day=1)
+    return day
+
+
+def periods_between(start: date, end: date, granularity: str) -> list[date]:
+    found, current = [], period_start(start, granularity)
+    while current <= end:
+        found.append(current)
+        if granularity == "day":
+            current += timedelta(days=1)
+        elif granularity == "week":
+            current += timedelta(days=7)
+        else:
+            current = date(current.year + (current.month == 12), current.month % 12 + 1, 1)
+    return found
+
+
+def rollups_for(viewer, query: ReportQuery):
+    rows = DailyRollup.objects.for_user(viewer).filter(day__gte=query.start, day__lte=query.end)
+    if query.project is not None:
+        rows = rows.filter(project=query.project)
+    if query.user is not None:
+        rows = rows.filter(user=query.user)
+    if query.instance_type is not None:
+        rows = rows.filter(instance_type=query.instance_type)
+    if query.gpu_model:
+        rows = rows.filter(gpu_model=query.gpu_model)
+    if query.market:
+        rows = rows.filter(market=query.market)
+    return rows
+
+
+def _labels(group_by: str, keys) -> dict:
+    keys = set(keys)
+    if group_by == "project":
+        return dict(Project.objects.filter(pk__in=keys).values_list("pk", "slug"))
+    if group_by == "user":
+        return dict(User.objects.filter(pk__in=keys).values_list("pk", "username"))
+    if group_by == "instance_type":
+        return dict(InstanceType.objects.filter(pk__in=keys).values_list("pk", "name"))
+    if group_by == "market":
+        return {key: Market(key).label for key in keys}
+    return {key: key for key in keys}
+
+
+def cost_report(*, viewer, query: ReportQuery) -> Report:
+    """The report a viewer may see: one aggregate query over the rollups, then rounding."""
+    trunc = {"day": F("day"), "week": TruncWeek("day"), "month": TruncMonth("day")}
+    rows = (
+        rollups_for(viewer, query)
+        .values(period=trunc[query.granularity], key=F(_GROUP_FIELD[query.group_by]))
+        .annotate(
+            on_demand=Sum("cost_rs", filter=~Q(market=Market.SPOT)),
+            spot=Sum("cost_rs", filter=Q(market=Market.SPOT)),
+            list_cost=Sum("list_cost_rs"),
+            cost=Sum("cost_rs"),
+            gpu_seconds=Sum("gpu_seconds"),
+        )
+        .order_by()
+    )
+    exact: dict[str, dict[date, _Exact]] = defaultdict(dict)
+    for row in rows:
+        period = row["period"]
+        if isinstance(period, datetime):
+            period = period.date()
+        figures = exact[row["key"]].setdefault(period, _Exact())
+        figures.on_demand += int(row["on_demand"] or 0)
+        figures.spot += int(row["spot"] or 0)
+        figures.savings += int(row["list_cost"] or 0) - int(row["cost"] or 0)
+        figures.gpu_seconds += int(row["gpu_seconds"] or 0)
+    labels = _labels(query.group_by, exact)
+    keys = sorted(exact, key=lambda key: str(labels.get(key, key)))
+    group_exact = []
+    for key in keys:
+        total = _Exact()
+        for figures in exact[key].values():
+            total.on_demand += figures.on_demand
+            total.spot += figures.spot
+            total.savings += figures.savings
+            total.gpu_seconds += figures.gpu_seconds
+        group_exact.append(total)
+
+    columns = (
+        ("on_demand", RS_PER_CENT),
+        ("spot", RS_PER_CENT),
+        ("savings", RS_PER_CENT),
+        ("gpu_seconds", GPU_SECONDS_PER_TENTH_HOUR),
+    )
+    names = ("on_demand_cents", "spot_cents", "savings_cents", "gpu_tenths")
+    total = Figures()
+    group_units: dict[str, list[int]] = {}
+    for (column, unit), name in zip(columns, names, strict=True):
+        values = [getattr(g, column) for g in group_exact]
+        units = allocate(values, unit) if values else []
+        group_units[name] = units
+        setattr(total, name, sum(units))
+    groups = []
+    for index, key in enumerate(keys):
+        figures = Figures(**{name: group_units[name][index] for name in names})
+        periods = sorted(exact[key])
+        # Each group's shown figure is shared among its periods, so its lines add up to it.
+        line_units = {
+            name: allocate(
+                [getattr(exact[key][p], column) for p in periods],
+                unit,
+                total_units=getattr(figures, name),
+            )
+            for (column, unit), name in zip(columns, names, strict=True)
+        }
+        label = str(labels.get(key, key))
+        # The key callers filter by: a slug, username or type name; the value for GPU and market.
+        public = str(key) if query.group_by in ("market", "gpu_model") else label
+        lines = [
+            Line(
+                period=period,
+                key=public,
+                label=label,
+                figures=Figures(**{name: line_units[name][i] for name in names}),
+            )
+            for i, period in enumerate(periods)
+        ]
+        groups.append(Group(key=public, label=label, figures=figures, lines=lines))
+    spend = total.on_demand_cents + total.spot_cents
+    for group in groups:
+        own = group.figures.on_demand_cents + group.figures.spot_cents
+        group.share = (Decimal(own) * 100 / spend).quantize(Decimal("0.1")) if spend else Decimal(0)
+    groups.sort(key=lambda g: (-(g.figures.on_demand_cents + g.figures.spot_cents), g.label))
+    by_period: dict[date, Figures] = {
+        p: Figures() for p in periods_between(query.start, query.end, query.granularity)
+    }
+    for group in groups:
+        for line in group.lines:
+            sums = by_period.setdefault(line.period, Figures())
+            for name in names:
+                setattr(sums, name, getattr(sums, name) + getattr(line.figures, name))
+    return Report(query=query, total=total, groups=groups, periods=sorted(by_period.items()))
+
+
+CSV_HEADER = [
+    "period_start",
+    "group_by",
+    "group",
+    "on_demand_usd",
+    "spot_usd",
+    "cost_usd",
+    "savings_usd",
+    "on_demand_equivalent_usd",
+    "gpu_hours",
+]
+
+
+class _Echo:
+    """A file that hands back what is written to it, for streaming csv.writer rows."""
+
+    def write(self, value: str) -> str:
+        return value
+
+
+def csv_rows(report: Report) -> Iterator[str]:
+    """The report as CSV lines, one (period, group) per line and a total line; for streaming."""
+    writer = csv.writer(_Echo())
+    yield writer.writerow(CSV_HEADER)
+    group_by = report.query.group_by
+    for line in report.lines:
+        f = line.figures
+        yield writer.writerow(
+            [
+                line.period.isoformat(),
+                group_by,
+                line.label,
+                f.on_demand,
+                f.spot,
+                f.cost,
+                f.savings,
+                f.on_demand_equivalent,
+                f.gpu_hours,
+            ]
+        )
+    t = report.total
+    yield writer.writerow(
+        [
+            "total",
+            group_by,
+            f"{report.query.start.isoformat()} to {report.query.end.isoformat()}",
+            t.on_demand,
+            t.spot,
+            t.cost,
+            t.savings,
+            t.on_demand_equivalent,
+            t.gpu_hours,
+        ]
+    )

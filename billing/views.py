@@ -1,0 +1,348 @@
+"""Billing pages: Costs (the finance report), Budgets, and reconciliation with the cloud bill."""
+
+from __future__ import annotations
+
+import csv
+
+from django.conf import settings
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.db.models import Count
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_http_methods
+
+from billing.api import streamed_csv
+from billing.budgets import budget_statuses
+from billing.forms import BudgetForm, CurUploadForm, ReportForm, presets
+from billing.models import Budget, BudgetAlert, CurImport, CurResult, MeterMark
+from billing.money import dollars
+from billing.reports import GRANULARITIES, GROUPS, cost_report
+from billing.rules import rates_in_words, rules_in_words
+from billing.services import budget_set, cur_import, cur_import_s3
+from instances.models import InstanceType, Market
+from portal.errors import Forbidden
+from portal.models import Membership, Project
+from portal.views import forbidden
+
+
+def _valid_form(request: HttpRequest) -> ReportForm:
+    form = ReportForm(request.GET, viewer=request.user)
+    form.is_valid()
+    return form
+
+
+@require_GET
+def costs(request: HttpRequest) -> HttpResponse:
+    """The cost report: range, grouping, granularity; totals, split, savings, chart, table."""
+    user = request.user
+    form = _valid_form(request)
+    today = timezone.now().date()
+    context = {
+        "form": form,
+        "groups": GROUPS,
+        "granularities": GRANULARITIES,
+        "presets": presets(today),
+        "rules": rules_in_words(),
+        "rates": rates_in_words(),
+        "projects": Project.objects.for_user(user).order_by("slug"),
+        "instance_types": InstanceType.objects.order_by("name").values_list("name", flat=True),
+        "gpu_models": sorted(set(InstanceType.objects.values_list("gpu_model", flat=True))),
+        "markets": Market.choices,
+        "can_reconcile": user.sees_everything,
+        "range_start": form.data.get("start", ""),
+        "range_end": form.data.get("end", ""),
+        "user_filter": form.data.get("user", ""),
+    }
+    if not form.is_valid():
+        return render(request, "billing/costs.html", context, status=400)
+    query = form.query()
+    context.update(range_start=query.start.isoformat(), range_end=query.end.isoformat())
+    report = cost_report(viewer=user, query=query)
+    scope = (
+        [query.project]
+        if query.project is not None
+        else []
+        if user.sees_everything
+        else list(Project.objects.filter(memberships__user=user, is_active=True))
+    )
+    chart = {
+        "labels": [p.isoformat() for p, _ in report.periods],
+        "on_demand": [str(f.on_demand) for _, f in report.periods],
+        "spot": [str(f.spot) for _, f in report.periods],
+        "granularity": query.granularity,
+    }
+    params = request.GET.copy()
+    context.update(
+        query=query,
+        report=report,
+        chart=chart,
+        budgets=budget_statuses(scope),
+        csv_query=params.urlencode(),
+        group_label=GROUPS[query.group_by],
+        metered_at=MeterMark.objects.order_by("-metered_at")
+        .values_list("metered_at", flat=True)
+        .first(),
+    )
+    return render(request, "billing/costs.html", context)
+
+
+@require_GET
+def costs_csv(request: HttpRequest) -> HttpResponse:
+    form = _valid_form(request)
+    if not form.is_valid():
+        return HttpResponse(
+            "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()),
+            status=400,
+            content_type="text/plain; charset=utf-8",
+        )
+    return streamed_csv(cost_report(viewer=request.user, query=form.query()))
+
+
+# --- budgets -------------------------------------------------------------------------------------
+
+
+def _budget_cards(request: HttpRequest, forms: dict | None = None) -> list[dict]:
+    user = request.user
+    projects = Project.objects.for_user(user).filter(is_active=True).order_by("slug")
+    statuses = budget_statuses(projects)
+    alerts: dict[int, list[BudgetAlert]] = {}
+    for alert in BudgetAlert.objects.filter(
+        project__in=projects, month=statuses[0].month if statuses else None
+    ):
+        alerts.setdefault(alert.project_id, []).append(alert)
+    managers: dict[int, list[str]] = {}
+    for project_id, username in Membership.objects.filter(
+        project__in=projects, role=Membership.Role.MANAGER
+    ).values_list("project_id", "user__username"):
+        managers.setdefault(project_id, []).append(username)
+    cards = []
+    for status in statuses:
+        budget = status.budget
+        form = (forms or {}).get(status.project.slug) or BudgetForm(
+            initial={
+                "monthly_amount": budget.monthly_amount if budget else None,
+                "thresholds": ", ".join(
+                    str(t)
+                    for t in (budget.thresholds if budget else settings.PORTAL_BUDGET_THRESHOLDS)
+                ),
+                "policy": budget.policy if budget else Budget.Policy.NOTIFY,
+            },
+            prefix=status.project.slug,
+        )
+        cards.append(
+            {
+                "status": status,
+                "bar": status.bar(),
+                "form": form,
+                "alerts": sorted(
+                    alerts.get(status.project.pk, []), key=lambda a: (a.basis, a.threshold)
+                ),
+                "managers": managers.get(status.project.pk, []),
+                "thresholds": budget.thresholds if budget else [],
+            }
+        )
+    # Projects closest to (or past) their budget first.
+    cards.sort(
+        key=lambda c: (
+            c["status"].budget is None,
+            -(c["status"].percent_forecast or 0),
+            c["status"].project.slug,
+        )
+    )
+    return cards
+
+
+def _budget_totals(cards: list[dict]) -> dict:
+    with_budget = [c["status"] for c in cards if c["status"].budget is not None]
+    amount = sum((s.amount_rs for s in with_budget), 0)
+    return {
+        "count": len(with_budget),
+        "amount": dollars(amount),
+        "spent": dollars(sum((s.spent_rs for s in with_budget), 0)),
+        "forecast": dollars(sum((s.forecast_rs for s in with_budget), 0)),
+        "over": sum(1 for s in with_budget if s.level == "over"),
+        "at_risk": sum(1 for s in with_budget if s.level == "high"),
+    }
+
+
+@require_http_methods(["GET", "POST"])
+def budgets(request: HttpRequest) -> HttpResponse:
+    """A bar per project (spent, forecast, budget); finance and admins set them here."""
+    user = request.user
+    can_edit = user.is_finance or user.is_portal_admin
+    status = 200
+    forms = {}
+    if request.method == "POST":
+        if not can_edit:
+            return forbidden(request, "Only finance and admins set budgets.")
+        slug = request.POST.get("project", "")
+        project = Project.objects.for_user(user).filter(slug=slug).first()
+        if project is None:
+            raise Http404("No such project.")
+        form = BudgetForm(request.POST, prefix=slug)
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                budget_set(
+                    project=project,
+                    actor=user,
+                    monthly_amount=data["monthly_amount"],
+                    thresholds=data["thresholds"],
+                    policy=(data["policy"] or None) if user.is_portal_admin else None,
+                )
+            except Forbidden as error:
+                return forbidden(request, error.message)
+            except ValidationError as error:
+                for field, problems in error.message_dict.items():
+                    form.add_error(field if field in form.fields else None, problems)
+            else:
+                if data["monthly_amount"] is None:
+                    messages.success(request, f"{project.slug} has no budget now.")
+                else:
+                    messages.success(
+                        request,
+                        f"Budget of {project.slug}: ${data['monthly_amount']:,.2f} a month.",
+                    )
+                return redirect(f"{reverse('budgets')}#{project.slug}")
+        forms[slug] = form
+        status = 400
+    cards = _budget_cards(request, forms)
+    context = {
+        "cards": cards,
+        "totals": _budget_totals(cards),
+        "can_edit": can_edit,
+        "can_choose_policy": user.is_portal_admin,
+        "policies": Budget.Policy.choices,
+        "month": cards[0]["status"].month if cards else timezone.now().date().replace(day=1),
+        "default_thresholds": settings.PORTAL_BUDGET_THRESHOLDS,
+    }
+    return render(request, "billing/budgets.html", context, status=status)
+
+
+# --- reconciliation ------------------------------------------------------------------------------
+
+
+def _may_reconcile(request: HttpRequest) -> bool:
+    return request.user.is_finance or request.user.is_portal_admin
+
+
+def _selected_import(request: HttpRequest) -> CurImport | None:
+    run = request.GET.get("run")
+    imports = CurImport.objects.all()
+    if run:
+        try:
+            return imports.get(pk=int(run))
+        except (ValueError, CurImport.DoesNotExist):
+            raise Http404("No such reconciliation.") from None
+    return imports.first()
+
+
+@require_http_methods(["GET", "POST"])
+def reconciliation(request: HttpRequest) -> HttpResponse:
+    """Import an AWS Cost and Usage Report and compare it with metering, host by host."""
+    if not _may_reconcile(request):
+        return forbidden(request, "Reconciling the cloud bill is for finance and admins.")
+    status = 200
+    form = CurUploadForm(
+        initial={"bucket": settings.PORTAL_CUR_S3_BUCKET, "key": settings.PORTAL_CUR_S3_PREFIX}
+    )
+    if request.method == "POST":
+        form = CurUploadForm(request.POST, request.FILES)
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                if data.get("report"):
+                    upload = data["report"]
+                    imported = cur_import(
+                        data=upload.read(), source=f"upload:{upload.name}", actor=request.user
+                    )
+                else:
+                    imported = cur_import_s3(
+                        bucket=data["bucket"].strip(), key=data["key"].strip(), actor=request.user
+                    )
+            except ValidationError as error:
+                form.add_error(None, error)
+            else:
+                messages.success(request, f"Compared {imported.source} with metered usage.")
+                return redirect(f"{reverse('reconciliation')}?run={imported.pk}")
+        status = 400
+    selected = _selected_import(request)
+    results = []
+    counts = {}
+    if selected is not None:
+        counts = dict(
+            selected.results.values_list("status")
+            .annotate(n=Count("id"))
+            .values_list("status", "n")
+        )
+        wanted = request.GET.get("status", "")
+        rows = selected.results.select_related("instance__project", "instance__owner")
+        if wanted in CurResult.Status.values:
+            rows = rows.filter(status=wanted)
+        for row in rows.order_by("status", "resource_id")[:1000]:
+            portal = dollars(row.portal_cost_rs, places=6)
+            results.append({"row": row, "portal": portal, "difference": row.cloud_cost - portal})
+    context = {
+        "form": form,
+        "imports": CurImport.objects.select_related("imported_by")[:12],
+        "selected": selected,
+        "results": results,
+        "counts": counts,
+        "statuses": CurResult.Status.choices,
+        "status_filter": request.GET.get("status", ""),
+    }
+    return render(request, "billing/reconciliation.html", context, status=status)
+
+
+class _Echo:
+    def write(self, value: str) -> str:
+        return value
+
+
+@require_GET
+def reconciliation_csv(request: HttpRequest) -> HttpResponse:
+    if not _may_reconcile(request):
+        return forbidden(request, "Reconciling the cloud bill is for finance and admins.")
+    selected = _selected_import(request)
+    if selected is None:
+        raise Http404("No Cost and Usage Report has been imported yet.")
+    writer = csv.writer(_Echo())
+
+    def rows():
+        yield writer.writerow(
+            [
+                "resource_id",
+                "portal_instance",
+                "project",
+                "owner",
+                "status",
+                "bill_usd",
+                "portal_usd",
+                "difference_usd",
+                "note",
+            ]
+        )
+        for row in selected.results.select_related("instance__project", "instance__owner"):
+            portal = dollars(row.portal_cost_rs, places=6)
+            instance = row.instance
+            yield writer.writerow(
+                [
+                    row.resource_id,
+                    row.tag_instance,
+                    instance.project.slug if instance else "",
+                    instance.owner.username if instance else "",
+                    row.status,
+                    row.cloud_cost.normalize(),
+                    portal,
+                    (row.cloud_cost - portal).normalize(),
+                    row.note,
+                ]
+            )
+
+    response = StreamingHttpResponse(rows(), content_type="text/csv; charset=utf-8")
+    name = f"reconciliation-{selected.pk}-{selected.first_day}-to-{selected.last_day}.csv"
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response

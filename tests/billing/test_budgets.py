@@ -1,0 +1,317 @@
+"""Budgets: where a project stands, the order-time check, threshold notices, the policies."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.core import mail
+from django.utils import timezone
+
+from billing.budgets import budget_status
+from billing.models import Budget, BudgetAlert, DailyRollup
+from billing.money import micros
+from billing.services import budget_set, budgets_check
+from instances.models import Instance
+from portal.errors import Forbidden
+from portal.models import Membership, Notice
+from portal.services import membership_set
+
+G5 = micros("1.006")
+
+
+@pytest.fixture
+def vision(projects):
+    return projects["vision-lab"]
+
+
+@pytest.fixture
+def spend(vision, alice, catalog):
+    """Put month-to-date spend on a project, as metering and rollups would."""
+
+    def record(dollars: str, *, project=None, market="on_demand"):
+        row, _ = DailyRollup.objects.get_or_create(
+            day=timezone.now().date(),
+            project=project or vision,
+            user=alice,
+            instance_type=catalog["g5.xlarge"],
+            market=market,
+            defaults={
+                "gpu_model": "A10G",
+                "seconds": 0,
+                "billed_seconds": 0,
+                "gpu_seconds": 0,
+                "cost_rs": 0,
+                "list_cost_rs": 0,
+                "pieces": 1,
+            },
+        )
+        row.cost_rs += micros(dollars) * 3600
+        row.list_cost_rs += micros(dollars) * 3600
+        row.save()
+        return row
+
+    return record
+
+
+@pytest.fixture
+def manager(projects, bob):
+    membership_set(project=projects["vision-lab"], user=bob, role=Membership.Role.MANAGER)
+    return bob
+
+
+def test_status_adds_running_hosts_to_the_end_of_their_lease_to_the_spend(
+    vision, ada, spend, running_host
+):
+    budget_set(project=vision, actor=ada, monthly_amount="100000")
+    spend("250.00")
+    host = running_host(lease_hours=8)
+    status = budget_status(vision)
+    assert status.spent_rs == micros("250") * 3600
+    left = (host.lease_expires_at - timezone.now()).total_seconds()
+    month_end = status.month.replace(day=28) + timedelta(days=4)
+    expected_seconds = min(left, (month_end.replace(day=1) - timezone.now().date()).days * 86400)
+    assert abs(status.committed_rs - G5 * expected_seconds) <= G5 * 5  # a few seconds pass
+    assert status.forecast_rs == status.spent_rs + status.committed_rs
+
+
+# --- the order-time check -----------------------------------------------------------------------
+
+# policy, market of the order, is it refused when it does not fit
+POLICY_TABLE = [
+    (Budget.Policy.NOTIFY, "on_demand", False),
+    (Budget.Policy.NOTIFY, "spot", False),
+    (Budget.Policy.BLOCK_ON_DEMAND, "on_demand", True),
+    (Budget.Policy.BLOCK_ON_DEMAND, "spot", False),
+    (Budget.Policy.BLOCK_ALL, "on_demand", True),
+    (Budget.Policy.BLOCK_ALL, "spot", True),
+    (Budget.Policy.STOP_HOSTS, "on_demand", True),
+    (Budget.Policy.STOP_HOSTS, "spot", True),
+]
+
+
+@pytest.mark.parametrize(("policy", "market", "refused"), POLICY_TABLE)
+def test_an_order_that_does_not_fit_is_refused_as_the_policy_says(
+    policy, market, refused, vision, ada, alice, spend, api_as, order_body
+):
+    # $10 left; 1 g5.xlarge for 24 h costs $24.14 on-demand (spot: the list price too, as no
+    # spot price has been seen).
+    budget_set(project=vision, actor=ada, monthly_amount="100.00", policy=policy)
+    spend("90.00")
+    response = api_as(alice).post(
+        "/api/v1/orders/", order_body(market=market, lease_hours=24), format="json"
+    )
+    if refused:
+        assert response.status_code == 409, response.content
+        body = response.json()
+        assert body["code"] == "budget_exceeded"
+        assert "vision-lab has $10.00 left of its $100.00 budget" in body["detail"]
+        assert "would cost $24.14" in body["detail"]
+    else:
+        assert response.status_code == 201, response.content
+
+
+def test_an_order_that_fits_what_is_left_is_admitted(vision, ada, alice, spend, api_as, order_body):
+    budget_set(project=vision, actor=ada, monthly_amount="100.00", policy="block_all")
+    spend("70.00")
+    response = api_as(alice).post("/api/v1/orders/", order_body(lease_hours=24), format="json")
+    assert response.status_code == 201
+
+
+def test_running_hosts_count_against_what_is_left(
+    vision, ada, alice, running_host, place_order, catalog
+):
+    budget_set(project=vision, actor=ada, monthly_amount="30.00", policy="block_all")
+    running_host(lease_hours=24)  # commits about $24.14 of the $30
+    with pytest.raises(Exception) as refused:
+        place_order(alice, lease_hours=8)  # $8.05 more
+    assert getattr(refused.value, "code", "") == "budget_exceeded"
+    assert "hosts running will cost $24.1" in str(refused.value)
+
+
+def test_spot_orders_are_checked_at_the_current_spot_price(
+    vision, ada, alice, spend, place_order, catalog
+):
+    from instances.models import InstanceType
+
+    InstanceType.objects.filter(pk=catalog["g5.xlarge"].pk).update(
+        spot_price_per_hour=Decimal("0.30"), spot_price_at=timezone.now()
+    )
+    catalog["g5.xlarge"].refresh_from_db()
+    budget_set(project=vision, actor=ada, monthly_amount="100.00", policy="block_all")
+    spend("92.00")
+    order = place_order(alice, market="spot", lease_hours=24)  # $7.20 of the $8 left
+    assert order.status == "placed"
+
+
+def test_approving_a_held_order_checks_the_budget_again(
+    vision, ada, alice, spend, place_order, manager
+):
+    from portal.services import approval_policy_set
+
+    approval_policy_set(project=vision, actor=ada, gpus_above=0)
+    order = place_order(alice, lease_hours=24)
+    assert order.status == "pending_approval"
+    budget_set(project=vision, actor=ada, monthly_amount="20.00", policy="block_all")
+    from instances.services import order_approve
+
+    with pytest.raises(Exception) as refused:
+        order_approve(order=order, user=manager)
+    assert getattr(refused.value, "code", "") == "budget_exceeded"
+
+
+# --- thresholds and notices ---------------------------------------------------------------------
+
+
+def test_crossing_thresholds_notifies_managers_and_finance_once(
+    vision, ada, fin, manager, alice, spend
+):
+    budget_set(project=vision, actor=ada, monthly_amount="1000.00")
+    spend("510.00")
+    mail.outbox.clear()
+    with_callbacks = budgets_check()
+    assert with_callbacks.alerts == ["vision-lab:actual:50", "vision-lab:forecast:50"]
+    subjects = sorted(Notice.objects.values_list("user__username", "subject"))
+    assert ("bob", "vision-lab has spent 50% of its " + _month() + " budget") in subjects
+    assert ("fin", "vision-lab has spent 50% of its " + _month() + " budget") in subjects
+    assert not Notice.objects.filter(user=alice).exists()  # members are not managers
+    before = Notice.objects.count()
+    assert budgets_check().alerts == []
+    assert Notice.objects.count() == before  # once
+    spend("400.00")  # 91 %: 80 crossed
+    assert budgets_check().alerts == ["vision-lab:actual:80", "vision-lab:forecast:80"]
+
+
+def test_thresholds_crossed_together_make_one_notice_for_the_highest(vision, ada, fin, spend):
+    budget_set(project=vision, actor=ada, monthly_amount="100.00")
+    spend("150.00")
+    budgets_check()
+    assert BudgetAlert.objects.filter(basis="actual").count() == 3
+    assert list(
+        Notice.objects.filter(user=fin, subject__contains="has spent").values_list(
+            "subject", flat=True
+        )
+    ) == [f"vision-lab has spent 100% of its {_month()} budget"]
+
+
+def test_the_forecast_crosses_before_the_spend_does(vision, ada, fin, running_host):
+    budget_set(project=vision, actor=ada, monthly_amount="20.00")
+    running_host(lease_hours=24)  # about $24 to come, nothing spent yet
+    report = budgets_check()
+    assert report.alerts == [
+        "vision-lab:forecast:50",
+        "vision-lab:forecast:80",
+        "vision-lab:forecast:100",
+    ]
+    assert Notice.objects.get(user=fin).subject == (
+        f"vision-lab is forecast to spend 100% of its {_month()} budget"
+    )
+
+
+def test_notices_are_emailed(vision, ada, fin, spend, django_capture_on_commit_callbacks):
+    budget_set(project=vision, actor=ada, monthly_amount="100.00")
+    spend("60.00")
+    mail.outbox.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        budgets_check()
+    assert any(
+        "50% of its" in message.subject and "fin@example.org" in message.to
+        for message in mail.outbox
+    )
+
+
+def test_stop_hosts_policy_stops_on_demand_and_terminates_spot_at_100_percent(
+    vision, ada, spend, running_host, django_capture_on_commit_callbacks, monkeypatch
+):
+    from instances import tasks
+
+    enqueued = []
+    monkeypatch.setattr(tasks.stop_instance, "delay", lambda pk: enqueued.append(("stop", pk)))
+    monkeypatch.setattr(
+        tasks.terminate_instance, "delay", lambda pk: enqueued.append(("terminate", pk))
+    )
+    on_demand = running_host()
+    spot = running_host(market="spot")
+    budget_set(project=vision, actor=ada, monthly_amount="100.00", policy="stop_hosts")
+    spend("99.00")
+    assert budgets_check().stopped == []  # 99 %: nothing happens yet
+    spend("1.00")
+    with django_capture_on_commit_callbacks(execute=True):
+        report = budgets_check()
+    assert sorted(report.stopped) == sorted([str(on_demand.pk), str(spot.pk)])
+    on_demand.refresh_from_db()
+    spot.refresh_from_db()
+    assert (on_demand.status, spot.status) == (
+        Instance.Status.STOPPING,
+        Instance.Status.TERMINATING,
+    )
+    assert "budget for" in on_demand.status_reason
+    assert sorted(enqueued) == sorted([("stop", str(on_demand.pk)), ("terminate", str(spot.pk))])
+    assert on_demand.events.last().actor == "system:budget"
+
+
+def test_other_policies_leave_running_hosts_alone(vision, ada, spend, running_host):
+    host = running_host()
+    budget_set(project=vision, actor=ada, monthly_amount="10.00", policy="block_all")
+    spend("50.00")
+    budgets_check()
+    host.refresh_from_db()
+    assert host.status == Instance.Status.RUNNING
+
+
+def test_the_check_task_runs_the_check(vision, ada, spend):
+    from billing.tasks import check_budgets
+
+    budget_set(project=vision, actor=ada, monthly_amount="10.00")
+    spend("6.00")
+    assert check_budgets.apply().get() == {"alerts": 2, "stopped": 0}
+
+
+# --- who sets what ------------------------------------------------------------------------------
+
+
+def test_finance_sets_amount_and_thresholds_but_not_the_policy(vision, fin):
+    budget = budget_set(project=vision, actor=fin, monthly_amount="5000", thresholds=[25, 90])
+    assert (budget.monthly_amount, budget.thresholds) == (Decimal("5000"), [25, 90])
+    with pytest.raises(Forbidden):
+        budget_set(project=vision, actor=fin, monthly_amount="5000", policy="stop_hosts")
+    # Sending the policy already in force is not a change.
+    budget_set(project=vision, actor=fin, monthly_amount="4000", policy="notify")
+
+
+def test_researchers_set_no_budgets(vision, alice):
+    with pytest.raises(Forbidden):
+        budget_set(project=vision, actor=alice, monthly_amount="1")
+
+
+@pytest.mark.parametrize(
+    ("thresholds", "ok"),
+    [
+        ([50, 80, 100], True),
+        ([120], True),
+        ([0], False),
+        ([50, 50], False),
+        ("50", False),
+        ([], False),
+        ([1001], False),
+    ],
+)
+def test_thresholds_are_whole_percentages(vision, ada, thresholds, ok):
+    from django.core.exceptions import ValidationError
+
+    if ok:
+        assert budget_set(project=vision, actor=ada, monthly_amount="1", thresholds=thresholds)
+    else:
+        with pytest.raises(ValidationError):
+            budget_set(project=vision, actor=ada, monthly_amount="1", thresholds=thresholds)
+
+
+def test_no_amount_removes_the_budget(vision, ada):
+    budget_set(project=vision, actor=ada, monthly_amount="10")
+    assert budget_set(project=vision, actor=ada, monthly_amount=None) is None
+    assert not Budget.objects.exists()
+
+
+def _month() -> str:
+    return f"{timezone.now():%B %Y}"

@@ -1,0 +1,123 @@
+"""Billing timeline fixtures, a plugin of tests/conftest.py: hosts driven through their status
+moves at chosen (cloud) times.
+
+Hosts are ordered through order_submit and moved with instance_transition, the real writers, at
+times in the future (a transition is never recorded earlier than the last one, and an order's
+hosts are created now); metering is then run with an explicit ``now``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, time, timedelta
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from billing.models import ListPrice, SpotPrice
+from billing.services import rollups_refresh, usage_meter
+from instances.models import Instance
+from instances.services import instance_transition
+
+S = Instance.Status
+
+
+@pytest.fixture
+def base() -> datetime:
+    """Midnight UTC two days from now: every test's timeline starts here."""
+    today = timezone.now().astimezone(UTC).date()
+    return datetime.combine(today + timedelta(days=2), time(0), tzinfo=UTC)
+
+
+@pytest.fixture
+def at(base):
+    def moment(hours: float = 0, minutes: float = 0, seconds: float = 0) -> datetime:
+        return base + timedelta(hours=hours, minutes=minutes, seconds=seconds)
+
+    return moment
+
+
+@pytest.fixture
+def host(place_order, alice, catalog):
+    """A requested host of an order: host(market=..., instance_type=..., user=..., project=...)."""
+
+    def make(*, user=None, market="on_demand", instance_type="g5.xlarge", **overrides):
+        order = place_order(
+            user or alice, market=market, instance_type=catalog[instance_type], **overrides
+        )
+        return order.instances.get()
+
+    return make
+
+
+def _move(instance: Instance, to: str, when: datetime, actor: str = "system:test") -> Instance:
+    instance, _ = instance_transition(instance=instance, to=to, reason="test", actor=actor, at=when)
+    return instance
+
+
+@pytest.fixture
+def run():
+    """Move a host into running at ``start`` and, given ``end``, out of it the way ``ended``
+    says: stopped (by its owner), terminated (by its owner), interrupted (spot, by the cloud)."""
+
+    def go(instance: Instance, start: datetime, end: datetime | None = None, ended="stopped"):
+        instance.refresh_from_db()
+        if instance.status == S.REQUESTED:
+            instance = _move(instance, S.PROVISIONING, start - timedelta(seconds=20))
+        elif instance.status == S.STOPPED:
+            instance = _move(instance, S.STARTING, start - timedelta(seconds=5), "user:alice")
+        instance = _move(instance, S.RUNNING, start)
+        if end is None:
+            return instance
+        if ended == "stopped":
+            instance = _move(instance, S.STOPPING, end, "user:alice")
+            return _move(instance, S.STOPPED, end)
+        if ended == "terminated":
+            instance = _move(instance, S.TERMINATING, end, "user:alice")
+            return _move(instance, S.TERMINATED, end)
+        if ended == "interrupted":
+            instance = _move(instance, S.INTERRUPTED, end)
+            return _move(instance, S.TERMINATED, end)
+        raise ValueError(ended)
+
+    return go
+
+
+@pytest.fixture
+def meter():
+    """One metering pass at ``now`` and the rollups it changed."""
+
+    def go(now: datetime):
+        report = usage_meter(now=now)
+        rollups_refresh()
+        return report
+
+    return go
+
+
+@pytest.fixture
+def spot_price(catalog):
+    """Record a spot price of a type in force from a moment (as the refresh would)."""
+
+    def record(name: str, price: str, when: datetime, zone: str = "us-east-1a") -> SpotPrice:
+        return SpotPrice.objects.create(
+            instance_type=catalog[name],
+            region="us-east-1",
+            availability_zone=zone,
+            price_per_hour=Decimal(price),
+            at=when,
+        )
+
+    return record
+
+
+@pytest.fixture
+def list_price(catalog):
+    """Record an on-demand list price of a type in force from a moment."""
+
+    def record(name: str, price: str, when: datetime) -> ListPrice:
+        return ListPrice.objects.create(
+            instance_type=catalog[name], price_per_hour=Decimal(price), at=when, source="test"
+        )
+
+    return record

@@ -564,7 +564,23 @@ def budget_set(
         budget.updated_by = actor
         budget.full_clean()
         budget.save()
+        _alerts_rearm(budget_status(project))
     return budget
+
+
+def _alerts_rearm(status: BudgetStatus) -> None:
+    """After a budget changes, forget this month's crossings that no longer hold, so that a
+    raised budget warns again when its own thresholds are crossed."""
+    values = {
+        BudgetAlert.Basis.ACTUAL: status.spent_rs,
+        BudgetAlert.Basis.FORECAST: status.forecast_rs,
+    }
+    stale = [
+        alert.pk
+        for alert in BudgetAlert.objects.filter(project=status.project, month=status.month)
+        if not _crossed(values[alert.basis], alert.threshold, status.amount_rs)
+    ]
+    BudgetAlert.objects.filter(pk__in=stale).delete()
 
 
 @dataclass

@@ -12,6 +12,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from billing.budgets import budget_statuses
 from instances import services
 from instances.models import Instance, Order
 from instances.quotas import quota_catalog_problems, usage
@@ -59,6 +60,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         for q in Quota.objects.filter(project__in=projects).select_related("user")
     }
     roles = dict(Membership.objects.filter(user=user).values_list("project_id", "role"))
+    budgets = {status.project.pk: status for status in budget_statuses(projects)}
     cards = []
     for project in projects:
         used = usage(project=project)
@@ -68,6 +70,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
             "bars": _bars(quotas.get((project.pk, None)), used),
             "used": used,
             "my_bars": [],
+            "budget": budgets[project.pk],
         }
         mine = quotas.get((project.pk, user.pk))
         if mine is not None:

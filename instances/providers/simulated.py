@@ -23,6 +23,7 @@ from django.utils import timezone
 from instances.catalog import image_rows, list_prices, simulated_cloud_rows
 from instances.models import SimulatedHost
 from instances.providers.base import (
+    TAG_DEPLOYMENT,
     TAG_INSTANCE,
     CloudHost,
     CloudState,
@@ -306,7 +307,12 @@ class SimulatedProvider(Provider):
         self._call()
         # Live as EC2's find_tagged filters it: a host shutting down is already gone, and the
         # provisioner must launch a new one rather than adopt it.
-        rows = SimulatedHost.objects.exclude(portal_instance="").exclude(state__in=CloudState.GONE)
+        rows = (
+            SimulatedHost.objects.exclude(portal_instance="")
+            .exclude(state__in=CloudState.GONE)
+            # Only this deployment's hosts, as EC2's filter on the portal:deployment tag.
+            .filter(**{f"tags__{TAG_DEPLOYMENT}": settings.PORTAL_DEPLOYMENT})
+        )
         if instance_uuid is not None:
             rows = rows.filter(portal_instance=instance_uuid)
         hosts = [self._host(self._settle(row)) for row in rows]

@@ -183,6 +183,19 @@ def test_crossing_thresholds_notifies_managers_and_finance_once(
     assert budgets_check().alerts == ["vision-lab:actual:80", "vision-lab:forecast:80"]
 
 
+def test_a_raised_budget_warns_again_at_its_own_thresholds(vision, ada, fin, spend):
+    budget_set(project=vision, actor=ada, monthly_amount="100.00")
+    spend("90.00")
+    assert "vision-lab:actual:80" in budgets_check().alerts
+    budget_set(project=vision, actor=ada, monthly_amount="1000.00")  # 9 %: nothing crossed
+    assert not BudgetAlert.objects.filter(project=vision).exists()
+    spend("420.00")  # 51 % of the new budget
+    assert budgets_check().alerts == ["vision-lab:actual:50", "vision-lab:forecast:50"]
+    budget_set(project=vision, actor=ada, monthly_amount="1000.00", thresholds=[50, 90])
+    assert BudgetAlert.objects.filter(project=vision).count() == 2  # still crossed: kept
+    assert budgets_check().alerts == []
+
+
 def test_thresholds_crossed_together_make_one_notice_for_the_highest(vision, ada, fin, spend):
     budget_set(project=vision, actor=ada, monthly_amount="100.00")
     spend("150.00")

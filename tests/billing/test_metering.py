@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import pytest
 from django.core.management import call_command
-from django.db.models import Sum
+from django.db.models import Max, Sum
 from django.utils import timezone
 
 from billing.models import DailyRollup, ListPrice, MeterMark, MeterState, RollupDirty, Usage
@@ -228,7 +228,8 @@ def test_ended_hosts_are_not_looked_at_again(host, run, at, meter):
     assert MeterMark.objects.get(instance=instance).final
     # Minutes later, with no event or price since: nothing to look at.
     later = timezone.now() + timedelta(minutes=10)
-    MeterState.objects.update(prices_seen_at=later, events_from=InstanceEvent.objects.count() * 9)
+    newest = InstanceEvent.objects.aggregate(newest=Max("id"))["newest"]
+    MeterState.objects.update(prices_seen_at=later, events_from=newest)
     assert usage_meter(now=at(hours=3)).instances == 0
 
 

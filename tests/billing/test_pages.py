@@ -7,6 +7,7 @@ from decimal import Decimal
 import pytest
 from bs4 import BeautifulSoup
 
+from billing.budgets import budget_status
 from billing.models import Budget
 from billing.services import budget_set
 
@@ -120,6 +121,19 @@ def test_researchers_read_their_projects_budgets_without_forms(client, alice, ad
     assert response.status_code == 200
     assert [c["data-project"] for c in soup.select(".budget-card")] == ["vision-lab"]
     assert soup.select_one("form.budget-form") is None
+
+
+def test_the_dashboard_shows_each_project_spend_against_its_budget(
+    client, alice, ada, projects, spent
+):
+    budget_set(project=projects["vision-lab"], actor=ada, monthly_amount="500.00")
+    _, soup = page(client, alice, "/dashboard/")
+    card = soup.select_one('.project-card[data-project="vision-lab"]')
+    line = card.select_one(".budget-line")
+    assert "of $500.00" in line.text
+    assert line.select_one("[role=progressbar]")["aria-valuenow"] == str(
+        budget_status(projects["vision-lab"]).percent_spent
+    )
 
 
 def test_finance_saves_a_budget_on_the_page(client, fin, projects):

@@ -87,40 +87,65 @@ class CostReportSerializer(serializers.Serializer):
     lines = LineSerializer(many=True)
 
 
+def _money(amount) -> str:
+    return f"{amount:.2f}"
+
+
+def _tenths(amount) -> str:
+    return f"{amount:.1f}"
+
+
 def _figures(figures: Figures) -> dict:
     return {
-        "cost": figures.cost,
-        "on_demand": figures.on_demand,
-        "spot": figures.spot,
-        "savings": figures.savings,
-        "on_demand_equivalent": figures.on_demand_equivalent,
-        "gpu_hours": figures.gpu_hours,
+        "cost": _money(figures.cost),
+        "on_demand": _money(figures.on_demand),
+        "spot": _money(figures.spot),
+        "savings": _money(figures.savings),
+        "on_demand_equivalent": _money(figures.on_demand_equivalent),
+        "gpu_hours": _tenths(figures.gpu_hours),
     }
 
 
 def report_body(report: Report) -> dict:
+    """The report as JSON-ready values, in the shape CostReportSerializer documents (built
+    directly: a serializer pass over every line costs more than the rollup query at size)."""
     query = report.query
     return {
-        "start": query.start,
-        "end": query.end,
+        "start": query.start.isoformat(),
+        "end": query.end.isoformat(),
         "group_by": query.group_by,
         "granularity": query.granularity,
         "currency": "USD",
         "total": {
             **_figures(report.total),
-            "spot_percent": report.total.spot_percent,
-            "savings_percent": report.total.savings_percent,
+            "spot_percent": _tenths(report.total.spot_percent),
+            "savings_percent": _tenths(report.total.savings_percent),
         },
         "groups": [
-            {"key": g.key, "label": g.label, **_figures(g.figures), "share_percent": g.share}
+            {
+                "key": str(g.key),
+                "label": g.label,
+                **_figures(g.figures),
+                "share_percent": _tenths(g.share),
+            }
             for g in report.groups
         ],
         "periods": [
-            {"period": p, "cost": f.cost, "on_demand": f.on_demand, "spot": f.spot}
+            {
+                "period": p.isoformat(),
+                "cost": _money(f.cost),
+                "on_demand": _money(f.on_demand),
+                "spot": _money(f.spot),
+            }
             for p, f in report.periods
         ],
         "lines": [
-            {"period": line.period, "key": line.key, "label": line.label, **_figures(line.figures)}
+            {
+                "period": line.period.isoformat(),
+                "key": str(line.key),
+                "label": line.label,
+                **_figures(line.figures),
+            }
             for line in report.lines
         ],
     }
@@ -181,7 +206,7 @@ class CostViewSet(viewsets.ViewSet):
         report = cost_report(viewer=request.user, query=form.query())
         if request.accepted_renderer.format == "csv":
             return streamed_csv(report)
-        return Response(CostReportSerializer(report_body(report)).data)
+        return Response(report_body(report))
 
 
 class AlertSerializer(serializers.ModelSerializer):

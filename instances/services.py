@@ -1216,6 +1216,29 @@ class ReconcileReport:
 
 
 REENQUEUED = "re-enqueued"
+GAVE_UP = "giving up"
+
+
+def _give_up(instance: Instance, *, limit: int, actor: str) -> None:
+    """A stop, start or terminate nobody carried out after ``limit`` re-sends: say so once, on
+    the timeline, in the log and to the portal's admins and the owner; an admin takes it on."""
+    verb = {"stopping": "stop", "starting": "start", "terminating": "terminate"}[instance.status]
+    instance_note(
+        instance=instance,
+        note=f"{REENQUEUED} {limit} times, {GAVE_UP}: no worker carried out the {verb}",
+        actor=actor,
+    )
+    log.warning("reconcile gave up on %s of instance %s after %s tries", verb, instance.pk, limit)
+    subject = f"No worker carried out the {verb} of host {str(instance.pk)[:8]}"
+    body = (
+        f"The {instance.instance_type.name} host of {instance.owner.username} in "
+        f"{instance.project.slug} has been {instance.status} since "
+        f"{instance.status_changed_at:%Y-%m-%d %H:%M} UTC; the portal sent the {verb} {limit} "
+        "times and stopped trying. Check the workers, then act on the host again."
+    )
+    admins = User.objects.filter(role=User.Role.ADMIN, is_active=True)
+    for user in {u.pk: u for u in [*admins, instance.owner]}.values():
+        notice_send(user=user, subject=subject, body=body, link=f"/hosts/{instance.pk}/")
 
 
 def reconcile(*, provider: Provider | None = None, now: datetime | None = None) -> ReconcileReport:
@@ -1260,7 +1283,9 @@ def reconcile(*, provider: Provider | None = None, now: datetime | None = None) 
                     instance_id=instance.pk,
                     reason=f"No worker carried out the launch after {limit} tries; order again.",
                 )
-            continue  # a stop, start or terminate nobody carries out: leave it to an admin
+            elif not any(GAVE_UP in event.reason for event in since):
+                _give_up(instance, limit=limit, actor=actor)
+            continue
         instance_note(
             instance=instance, note=f"{REENQUEUED}: {instance.status} for too long", actor=actor
         )

@@ -42,6 +42,24 @@ def test_finance_sees_every_project_with_spot_and_on_demand_and_the_savings(api_
     assert {g["key"]: g["cost"] for g in body["groups"]} == {"on_demand": "12.07", "spot": "3.00"}
 
 
+@pytest.mark.parametrize("group_by", ["project", "user", "instance_type", "gpu_model", "market"])
+def test_the_body_is_what_the_documented_schema_says(api_as, fin, month, group_by):
+    """The endpoint builds its JSON directly; it must be exactly what the schema's serializer
+    would have made of the same report."""
+    from billing.api import CostReportSerializer, report_body
+    from billing.forms import ReportForm
+    from billing.reports import cost_report
+
+    params = {"start": month["start"], "end": month["end"], "group_by": group_by}
+    body = api_as(fin).get(f"/api/v1/costs/?{query(month, group_by=group_by)}").json()
+    form = ReportForm(params, viewer=fin)
+    assert form.is_valid(), form.errors
+    incoming = CostReportSerializer(data=report_body(cost_report(viewer=fin, query=form.query())))
+    assert incoming.is_valid(), incoming.errors
+    assert body == CostReportSerializer(incoming.validated_data).data
+    assert body["lines"]
+
+
 def test_a_researcher_sees_their_projects_and_not_the_others(api_as, alice, carol, month):
     mine = api_as(alice).get(f"/api/v1/costs/?{query(month)}").json()
     assert [g["key"] for g in mine["groups"]] == ["vision-lab"]

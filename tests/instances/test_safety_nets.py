@@ -361,3 +361,32 @@ def test_a_launch_nobody_carries_out_is_sent_again_a_few_times_then_fails(
     assert instance.events.filter(reason__startswith="re-enqueued").count() == 3
     failed = instance.events.get(new_status=S.FAILED)
     assert (failed.old_status, failed.actor) == (S.REQUESTED, "system:provision")
+
+
+def test_a_stop_nobody_carries_out_is_handed_to_the_admins_once(
+    running_host, alice, ada, settings, monkeypatch
+):
+    settings.PORTAL_RECONCILE_STUCK_SECONDS = 60
+    settings.PORTAL_RECONCILE_MAX_RETRIES = 2
+    instance = running_host()
+    sent: list[tuple] = []
+    monkeypatch.setattr(services, "enqueue", lambda task, *args: sent.append((task, *args)))
+    services.instance_request_stop(instance=instance, user=alice)  # and the stop task is lost
+    for _ in range(2):
+        time_passes(instance, 61)
+        assert services.reconcile().enqueued == [str(instance.pk)]
+    for _ in range(3):
+        time_passes(instance, 61)
+        assert services.reconcile().enqueued == []
+
+    # The stop and its two re-sends; then the host stays stopping, for a person to look at.
+    assert sent == [(tasks.stop_instance, str(instance.pk))] * 3
+    instance.refresh_from_db()
+    assert instance.status == S.STOPPING
+    gave_up = instance.events.filter(reason__contains="giving up")
+    assert [event.reason for event in gave_up] == [
+        "re-enqueued 2 times, giving up: no worker carried out the stop"
+    ]
+    subject = f"No worker carried out the stop of host {str(instance.pk)[:8]}"
+    told = Notice.objects.filter(subject=subject).values_list("user__username", flat=True)
+    assert sorted(told) == ["ada", "alice"]

@@ -179,7 +179,7 @@ class MeterState(models.Model):
 
 class DailyRollup(models.Model):
     """Usage summed per UTC day, project, user, instance type (and its GPU model) and market.
-    Reports read these, never the usage rows. Rebuilt per (day, project) when usage changes."""
+    Reports read these, never the usage rows. Kept current by adding RollupDelta rows."""
 
     day = models.DateField()
     project = models.ForeignKey(
@@ -216,22 +216,36 @@ class DailyRollup(models.Model):
         return f"{self.day} {self.project_id}/{self.user_id} {self.instance_type_id} {self.market}"
 
 
-class RollupDirty(models.Model):
-    """A (day, project) whose usage changed since its rollup rows were last rebuilt."""
+class RollupDelta(models.Model):
+    """A change to the usage rows not yet added to the rollups.
+
+    Metering writes one per rollup key it changes, in the same transaction as the usage rows,
+    as the difference it made (new values less old; ``pieces`` +1 for a new row, -1 for a
+    deleted one). rollups_refresh adds them to DailyRollup and deletes them, so rolling up one
+    new hour costs what that hour changed, whatever the size of the day or of the history.
+    """
 
     day = models.DateField()
     project = models.ForeignKey(
         "portal.Project", on_delete=models.CASCADE, related_name="+", db_index=False
     )
-    marked_at = models.DateTimeField()
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["day", "project"], name="rollupdirty_unique_key")
-        ]
+    user = models.ForeignKey(
+        "portal.User", on_delete=models.CASCADE, related_name="+", db_index=False
+    )
+    instance_type = models.ForeignKey(
+        "instances.InstanceType", on_delete=models.CASCADE, related_name="+", db_index=False
+    )
+    gpu_model = models.CharField(max_length=32)
+    market = models.CharField(max_length=16, choices=Market.choices)
+    seconds = models.BigIntegerField()
+    billed_seconds = models.BigIntegerField()
+    gpu_seconds = models.BigIntegerField()
+    cost_rs = models.BigIntegerField()
+    list_cost_rs = models.BigIntegerField()
+    pieces = models.IntegerField()
 
     def __str__(self) -> str:
-        return f"dirty {self.day} project {self.project_id}"
+        return f"delta {self.day} project {self.project_id}: {self.cost_rs:+} rs"
 
 
 def default_thresholds() -> list[int]:

@@ -25,7 +25,7 @@ from billing.models import (
     ListPrice,
     MeterMark,
     MeterState,
-    RollupDirty,
+    RollupDelta,
     SpotPrice,
     Usage,
 )
@@ -283,23 +283,29 @@ def instance_meter(
             stored = stored.filter(start__gte=start_again)
         old = {row.start: row for row in stored}
         create, update = [], []
+        deltas = RollupDeltas()
         for segment in segments:
             values = _usage_values(instance, segment)
             row = old.pop(segment.start, None)
             if row is None:
                 create.append(Usage(instance_id=instance_id, start=segment.start, **values))
+                deltas.add(create[-1], +1)
             elif any(getattr(row, name) != value for name, value in values.items()):
+                deltas.add(row, -1, piece=False)
                 for name, value in values.items():
                     setattr(row, name, value)
+                deltas.add(row, +1, piece=False)
                 update.append(row)
         gone = list(old.values())
+        for row in gone:
+            deltas.add(row, -1)
         Usage.objects.bulk_create(create)
         Usage.objects.bulk_update(update, [*_USAGE_VALUES, "updated_at"])
         Usage.objects.filter(pk__in=[row.pk for row in gone]).delete()
+        deltas.save()
         report.written = len(create) + len(update)
         report.deleted = len(gone)
-        report.dirty = {(row.day, instance.project_id) for row in [*create, *update, *gone]}
-        rollup_mark_dirty(keys=report.dirty, at=now)
+        report.dirty = deltas.days()
         _mark_save(mark, events, runs, now, ended, metered=True)
     return report
 
@@ -419,17 +425,39 @@ def _state_advance(state: MeterState, *, started: datetime, newest_event: int) -
 # --- rollups -------------------------------------------------------------------------------------
 
 
-def rollup_mark_dirty(*, keys, at: datetime | None = None) -> None:
-    """Note (day, project) pairs whose rollup rows must be rebuilt from usage."""
-    if not keys:
-        return
-    at = at or timezone.now()
-    RollupDirty.objects.bulk_create(
-        [RollupDirty(day=day, project_id=project, marked_at=at) for day, project in sorted(keys)],
-        update_conflicts=True,
-        unique_fields=["day", "project"],
-        update_fields=["marked_at"],
-    )
+# A rollup row's key and the sums it keeps, in the order RollupDelta and DailyRollup have them.
+_ROLLUP_KEY = ("day", "project_id", "user_id", "instance_type_id", "gpu_model", "market")
+_ROLLUP_SUMS = ("seconds", "billed_seconds", "gpu_seconds", "cost_rs", "list_cost_rs")
+
+
+class RollupDeltas:
+    """What one metering transaction changed, summed per rollup key (exact integers)."""
+
+    def __init__(self) -> None:
+        self.sums: dict[tuple, list[int]] = defaultdict(lambda: [0] * (len(_ROLLUP_SUMS) + 1))
+
+    def add(self, row: Usage, sign: int, *, piece: bool = True) -> None:
+        sums = self.sums[tuple(getattr(row, name) for name in _ROLLUP_KEY)]
+        for index, name in enumerate(_ROLLUP_SUMS):
+            sums[index] += sign * getattr(row, name)
+        if piece:
+            sums[-1] += sign
+
+    def days(self) -> set[tuple[date, int]]:
+        return {(key[0], key[1]) for key, sums in self.sums.items() if any(sums)}
+
+    def save(self) -> None:
+        RollupDelta.objects.bulk_create(
+            [
+                RollupDelta(
+                    **dict(zip(_ROLLUP_KEY, key, strict=True)),
+                    **dict(zip(_ROLLUP_SUMS, sums, strict=False)),
+                    pieces=sums[-1],
+                )
+                for key, sums in sorted(self.sums.items())
+                if any(sums)
+            ]
+        )
 
 
 _ROLLUP_COLUMNS = (
@@ -452,46 +480,90 @@ def _rollup_insert(where: str = "", params=()) -> None:
         cursor.execute(sql, params)
 
 
-def rollups_refresh(*, batch: int = 500) -> int:
-    """Rebuild the rollup rows of every dirty (day, project) from its usage rows; return how
-    many pairs were rebuilt. Rebuilding a pair is a pure function of its usage, so doing it
-    twice is harmless; pairs being rebuilt elsewhere are skipped (SKIP LOCKED), and a pair
-    marked again meanwhile stays marked for the next pass."""
-    rebuilt = 0
+def _rollups_add(sums: dict[tuple, list[int]]) -> None:
+    """Add summed deltas to their rollup rows in one upsert per 500 keys (a row is created
+    the first time its key is seen), then drop rows left with no usage."""
+    table = DailyRollup._meta.db_table
+    columns = [*_ROLLUP_KEY, *_ROLLUP_SUMS, "pieces"]
+    adds = ", ".join(f"{name} = {table}.{name} + excluded.{name}" for name in columns[6:])
+    more = ", ".join(f"{name} = {name} + %s" for name in columns[6:])
+    # A key that lost usage rows has a negative piece count, which an INSERT may not carry
+    # even when it ends in the update (pieces >= 0 is checked first): those are updated alone.
+    rows = sorted((key, delta) for key, delta in sums.items() if delta[-1] >= 0)
+    fewer = sorted((key, delta) for key, delta in sums.items() if delta[-1] < 0)
+    with connection.cursor() as cursor:
+        for key, delta in fewer:
+            cursor.execute(
+                f"UPDATE {table} SET {more} "  # noqa: S608 - our own table and columns
+                "WHERE day = %s AND project_id = %s AND user_id = %s "
+                "AND instance_type_id = %s AND market = %s",
+                [*delta, key[0], key[1], key[2], key[3], key[5]],
+            )
+        for start in range(0, len(rows), 500):
+            chunk = rows[start : start + 500]
+            values = ", ".join(["(" + ", ".join(["%s"] * len(columns)) + ")"] * len(chunk))
+            cursor.execute(
+                f"INSERT INTO {table} ({', '.join(columns)}) VALUES {values} "  # noqa: S608
+                "ON CONFLICT (day, project_id, user_id, instance_type_id, market) "
+                f"DO UPDATE SET {adds}",
+                [value for key, delta in chunk for value in (*key, *delta)],
+            )
+    DailyRollup.objects.filter(
+        project_id__in={key[1] for key in sums}, day__in={key[0] for key in sums}, pieces=0
+    ).delete()
+
+
+def _rollups_lock() -> None:
+    """One writer of the rollups at a time (refreshes and rebuilds), on the metering state row:
+    two refreshes reading the same deltas would add them twice."""
+    MeterState.objects.get_or_create(id=1)
+    MeterState.objects.select_for_update().get(id=1)
+
+
+def rollups_refresh(*, batch: int = 10_000) -> int:
+    """Add the pending deltas to the rollup rows; return how many (day, project) pairs changed.
+
+    Only committed deltas are seen, each is added once (it is deleted in the same transaction),
+    and a delta committed meanwhile waits for the next pass, so the rollups always equal the
+    usage rows metered so far."""
+    changed: set[tuple[date, int]] = set()
+    fields = [*_ROLLUP_KEY, *_ROLLUP_SUMS, "pieces"]
     while True:
         with transaction.atomic():
-            dirty = list(
-                RollupDirty.objects.select_for_update(skip_locked=True).order_by(
-                    "day", "project_id"
-                )[:batch]
-            )
-            if not dirty:
-                return rebuilt
-            if connection.vendor == "postgresql":
-                # A pair re-reads up to a whole day of its usage: group it in memory rather
-                # than spill the sort to disk, and skip JIT, which costs more than it saves.
-                with connection.cursor() as cursor:
-                    cursor.execute("SET LOCAL work_mem = '32MB'")
-                    cursor.execute("SET LOCAL jit = off")
-            by_day: dict[date, list[int]] = defaultdict(list)
-            for row in dirty:
-                by_day[row.day].append(row.project_id)
-            for day, projects in by_day.items():
-                DailyRollup.objects.filter(day=day, project_id__in=projects).delete()
-                marks = ", ".join(["%s"] * len(projects))
-                _rollup_insert(f"WHERE day = %s AND project_id IN ({marks})", [day, *projects])
-            RollupDirty.objects.filter(pk__in=[row.pk for row in dirty]).delete()
-            rebuilt += len(dirty)
+            _rollups_lock()
+            table = RollupDelta._meta.db_table
+            with connection.cursor() as cursor:
+                # Taken and deleted in one statement: only deltas committed by now, each once.
+                cursor.execute(
+                    f"DELETE FROM {table} WHERE id IN "  # noqa: S608 - our own table
+                    f"(SELECT id FROM {table} ORDER BY id LIMIT %s) RETURNING {', '.join(fields)}",
+                    [batch],
+                )
+                pending = cursor.fetchall()
+            if not pending:
+                return len(changed)
+            keyed = len(_ROLLUP_KEY)
+            sums: dict[tuple, list[int]] = defaultdict(lambda: [0] * (len(_ROLLUP_SUMS) + 1))
+            for values in pending:
+                total = sums[tuple(values[:keyed])]
+                for index, value in enumerate(values[keyed:]):
+                    total[index] += value
+            _rollups_add(sums)
+            changed |= {(key[0], key[1]) for key in sums}
 
 
 @transaction.atomic
 def rollups_rebuild() -> int:
     """Rebuild every rollup row from the usage rows (a repair; passes keep them current)."""
-    dirty = list(RollupDirty.objects.select_for_update().values_list("pk", flat=True))
+    _rollups_lock()
     with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            # Metering waits to write deltas until the rebuild commits: a delta is then either
+            # in the usage read below (and deleted here) or after it (and added later).
+            cursor.execute(f"LOCK TABLE {RollupDelta._meta.db_table} IN EXCLUSIVE MODE")
+        cursor.execute(f"DELETE FROM {RollupDelta._meta.db_table}")  # noqa: S608 - our own table
         cursor.execute(f"DELETE FROM {DailyRollup._meta.db_table}")  # noqa: S608 - our own table
     _rollup_insert()
-    RollupDirty.objects.filter(pk__in=dirty).delete()
     count = DailyRollup.objects.count()
     audit_record_system(name="rollups_rebuild", action="rebuild", summary={"rows": count})
     return count

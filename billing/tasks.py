@@ -20,13 +20,13 @@ def refresh_spot_prices() -> int:
 
 @shared_task
 def meter_usage() -> dict:
-    """Meter every host that needs it, then rebuild the rollups of the days that changed."""
+    """Meter every host that needs it, then add what changed to the daily rollups."""
     report = usage_meter()
     return {
         "hosts": report.instances,
         "rows_written": report.written,
         "rows_deleted": report.deleted,
-        "rollups_rebuilt": rollups_refresh(),
+        "rollups_updated": rollups_refresh(),
     }
 
 

@@ -11,7 +11,7 @@ from django.core.management import call_command
 from django.db.models import Max, Sum
 from django.utils import timezone
 
-from billing.models import DailyRollup, ListPrice, MeterMark, MeterState, RollupDirty, Usage
+from billing.models import DailyRollup, ListPrice, MeterMark, MeterState, RollupDelta, Usage
 from billing.money import micros
 from billing.services import instance_meter, rollups_rebuild, rollups_refresh, usage_meter
 from instances.models import InstanceEvent, InstanceType
@@ -299,7 +299,7 @@ def test_replaying_events_three_times_in_any_order_yields_identical_usage_rows(
         Usage.objects.all().delete()
         MeterMark.objects.all().delete()
         DailyRollup.objects.all().delete()
-        RollupDirty.objects.all().delete()
+        RollupDelta.objects.all().delete()
         shuffled = events * 3
         random.Random(rng_seed).shuffle(shuffled)
         for index, event in enumerate(shuffled):
@@ -377,7 +377,7 @@ def test_only_the_days_that_changed_are_rolled_up_again(host, run, at, meter):
         day=at().date(), user=instance.owner, pieces=1, seconds__gt=3600
     )
     assert today.seconds == 7200
-    assert not RollupDirty.objects.exists()
+    assert not RollupDelta.objects.exists()
 
 
 def test_the_meter_task_meters_and_rolls_up(host, run):
@@ -386,7 +386,7 @@ def test_the_meter_task_meters_and_rolls_up(host, run):
     now = timezone.now()  # the task meters to the wall clock: a host stopped at once
     run(host(), now, now)
     result = meter_usage.apply().get()
-    assert result["rows_written"] == 1 and result["rollups_rebuilt"] == 1
+    assert result["rows_written"] == 1 and result["rollups_updated"] == 1
     assert DailyRollup.objects.get().cost_rs == 60 * G5
 
 
@@ -397,3 +397,87 @@ def test_the_rebuild_command_rebuilds_rollups(host, run, at, meter):
     call_command("billing_meter", "--rebuild-rollups", verbosity=0)
     assert DailyRollup.objects.get().cost_rs == 3600 * G5
     assert rollups_refresh() == 0
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_passes_and_refreshes_at_once_keep_the_rollups_equal_to_usage(host, run, at, alice, bob):
+    """Metering passes and rollup refreshes racing on PostgreSQL: every delta is added once."""
+    import threading
+
+    from django.db import connection
+
+    hosts = [run(host(user=(alice, bob)[n % 2]), at(minutes=n)) for n in range(12)]
+    errors: list[BaseException] = []
+
+    def work(job) -> None:
+        try:
+            for _ in range(6):
+                job()
+        except BaseException as error:  # noqa: BLE001 - reported by the test below
+            errors.append(error)
+        finally:
+            connection.close()  # this thread's own connection
+
+    def passes(first_minute: int):
+        minutes = iter(range(first_minute, 10_000, 14))  # one iterator per thread
+        return lambda: usage_meter(now=at(minutes=next(minutes)))
+
+    jobs = [passes(10), passes(17), rollups_refresh, rollups_refresh]
+    threads = [threading.Thread(target=work, args=(job,)) for job in jobs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    rollups_refresh()
+    raw, rolled = _raw_and_rolled()
+    assert raw == rolled and raw["cost_rs"] > 0
+    assert not RollupDelta.objects.exists()
+    assert len(hosts) == Usage.objects.values("instance").distinct().count()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_refresh_that_starts_while_another_runs_adds_nothing_twice(
+    host, run, at, meter, monkeypatch
+):
+    import threading
+    import time
+
+    from django.db import connection
+
+    run(host(), at(), at(hours=2))
+    meter(now=at(hours=3))
+    run(host(), at(hours=30), at(hours=31))  # the next day: new rollup rows to create
+    usage_meter(now=at(hours=32))  # deltas pending
+    slow_create = DailyRollup.objects.bulk_create
+
+    def held(*args, **kwargs):  # the first refresh holds its transaction open a while
+        if threading.current_thread().name == "first":
+            time.sleep(0.5)
+        return slow_create(*args, **kwargs)
+
+    monkeypatch.setattr(DailyRollup.objects, "bulk_create", held)
+
+    errors: list[BaseException] = []
+
+    def refresh() -> None:
+        try:
+            rollups_refresh()
+        except BaseException as error:  # noqa: BLE001 - reported by the test below
+            errors.append(error)
+        finally:
+            connection.close()
+
+    first = threading.Thread(target=refresh, name="first")
+    second = threading.Thread(target=refresh, name="second")
+    first.start()
+    time.sleep(0.2)  # the first has read the pending deltas and is writing
+    second.start()
+    first.join()
+    second.join()
+    assert errors == []
+    raw, rolled = _raw_and_rolled()
+    assert raw == rolled
+    assert not RollupDelta.objects.exists()

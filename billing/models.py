@@ -205,8 +205,10 @@ class DailyRollup(models.Model):
     class Meta:
         ordering = ["day"]
         constraints = [
+            # gpu_model too: a type whose GPU model is renamed starts new rows (deltas are
+            # keyed the same way, so a rename can never make two deltas hit one row).
             models.UniqueConstraint(
-                fields=["day", "project", "user", "instance_type", "market"],
+                fields=["day", "project", "user", "instance_type", "gpu_model", "market"],
                 name="rollup_unique_key",
             )
         ]

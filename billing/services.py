@@ -291,10 +291,12 @@ def instance_meter(
                 create.append(Usage(instance_id=instance_id, start=segment.start, **values))
                 deltas.add(create[-1], +1)
             elif any(getattr(row, name) != value for name, value in values.items()):
-                deltas.add(row, -1, piece=False)
+                # Out of its old key and into its new one (the same key, unless the type's GPU
+                # model was renamed: then the piece moves too).
+                deltas.add(row, -1)
                 for name, value in values.items():
                     setattr(row, name, value)
-                deltas.add(row, +1, piece=False)
+                deltas.add(row, +1)
                 update.append(row)
         gone = list(old.values())
         for row in gone:
@@ -436,12 +438,11 @@ class RollupDeltas:
     def __init__(self) -> None:
         self.sums: dict[tuple, list[int]] = defaultdict(lambda: [0] * (len(_ROLLUP_SUMS) + 1))
 
-    def add(self, row: Usage, sign: int, *, piece: bool = True) -> None:
+    def add(self, row: Usage, sign: int) -> None:
         sums = self.sums[tuple(getattr(row, name) for name in _ROLLUP_KEY)]
         for index, name in enumerate(_ROLLUP_SUMS):
             sums[index] += sign * getattr(row, name)
-        if piece:
-            sums[-1] += sign
+        sums[-1] += sign
 
     def days(self) -> set[tuple[date, int]]:
         return {(key[0], key[1]) for key, sums in self.sums.items() if any(sums)}
@@ -494,17 +495,22 @@ def _rollups_add(sums: dict[tuple, list[int]]) -> None:
     with connection.cursor() as cursor:
         for key, delta in fewer:
             cursor.execute(
-                f"UPDATE {table} SET {more} "  # noqa: S608 - our own table and columns
-                "WHERE day = %s AND project_id = %s AND user_id = %s "
-                "AND instance_type_id = %s AND market = %s",
-                [*delta, key[0], key[1], key[2], key[3], key[5]],
+                f"UPDATE {table} SET {more} WHERE "  # noqa: S608 - our own table and columns
+                + " AND ".join(f"{name} = %s" for name in _ROLLUP_KEY),
+                [*delta, *key],
             )
+            if cursor.rowcount != 1:
+                # Rows leave a key only after they entered it: the rollups are damaged.
+                raise RuntimeError(
+                    f"No rollup row for {key} to take {-delta[-1]} usage row(s) from; "
+                    "run manage.py billing_meter --rebuild-rollups."
+                )
         for start in range(0, len(rows), 500):
             chunk = rows[start : start + 500]
             values = ", ".join(["(" + ", ".join(["%s"] * len(columns)) + ")"] * len(chunk))
             cursor.execute(
                 f"INSERT INTO {table} ({', '.join(columns)}) VALUES {values} "  # noqa: S608
-                "ON CONFLICT (day, project_id, user_id, instance_type_id, market) "
+                f"ON CONFLICT ({', '.join(_ROLLUP_KEY)}) "
                 f"DO UPDATE SET {adds}",
                 [value for key, delta in chunk for value in (*key, *delta)],
             )
@@ -513,24 +519,17 @@ def _rollups_add(sums: dict[tuple, list[int]]) -> None:
     ).delete()
 
 
-def _rollups_lock() -> None:
-    """One writer of the rollups at a time (refreshes and rebuilds), on the metering state row:
-    two refreshes reading the same deltas would add them twice."""
-    MeterState.objects.get_or_create(id=1)
-    MeterState.objects.select_for_update().get(id=1)
-
-
 def rollups_refresh(*, batch: int = 10_000) -> int:
     """Add the pending deltas to the rollup rows; return how many (day, project) pairs changed.
 
-    Only committed deltas are seen, each is added once (it is deleted in the same transaction),
-    and a delta committed meanwhile waits for the next pass, so the rollups always equal the
-    usage rows metered so far."""
+    Deltas are taken by DELETE ... RETURNING: only committed ones are seen, and a delta another
+    refresh is taking is waited for and then gone, so each is added exactly once; one committed
+    meanwhile waits for the next pass. Rollups plus pending deltas always equal the usage rows.
+    Against a rebuild, PostgreSQL's table lock orders the two (SQLite has one writer)."""
     changed: set[tuple[date, int]] = set()
     fields = [*_ROLLUP_KEY, *_ROLLUP_SUMS, "pieces"]
     while True:
         with transaction.atomic():
-            _rollups_lock()
             table = RollupDelta._meta.db_table
             with connection.cursor() as cursor:
                 # Taken and deleted in one statement: only deltas committed by now, each once.
@@ -555,11 +554,10 @@ def rollups_refresh(*, batch: int = 10_000) -> int:
 @transaction.atomic
 def rollups_rebuild() -> int:
     """Rebuild every rollup row from the usage rows (a repair; passes keep them current)."""
-    _rollups_lock()
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            # Metering waits to write deltas until the rebuild commits: a delta is then either
-            # in the usage read below (and deleted here) or after it (and added later).
+            # Metering and refreshes wait on the deltas until the rebuild commits: a delta is
+            # then either in the usage read below (and deleted here) or after it (added later).
             cursor.execute(f"LOCK TABLE {RollupDelta._meta.db_table} IN EXCLUSIVE MODE")
         cursor.execute(f"DELETE FROM {RollupDelta._meta.db_table}")  # noqa: S608 - our own table
         cursor.execute(f"DELETE FROM {DailyRollup._meta.db_table}")  # noqa: S608 - our own table

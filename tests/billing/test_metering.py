@@ -328,6 +328,11 @@ def test_metering_one_host_twice_at_once_lands_on_the_same_rows(host, run, at):
 # --- rollups ------------------------------------------------------------------------------------
 
 
+def _rollup_rows() -> list[tuple]:
+    columns = [f.attname for f in DailyRollup._meta.concrete_fields if f.attname != "id"]
+    return sorted(DailyRollup.objects.values_list(*columns))
+
+
 def _raw_and_rolled(**filters):
     fields = ["seconds", "billed_seconds", "gpu_seconds", "cost_rs", "list_cost_rs"]
     raw = Usage.objects.filter(**filters).aggregate(**{f: Sum(f) for f in fields})
@@ -435,6 +440,9 @@ def test_passes_and_refreshes_at_once_keep_the_rollups_equal_to_usage(host, run,
     assert raw == rolled and raw["cost_rs"] > 0
     assert not RollupDelta.objects.exists()
     assert len(hosts) == Usage.objects.values("instance").distinct().count()
+    incremental = _rollup_rows()
+    rollups_rebuild()
+    assert _rollup_rows() == incremental  # row for row, key for key
 
 
 @pytest.mark.postgres
@@ -451,14 +459,16 @@ def test_a_refresh_that_starts_while_another_runs_adds_nothing_twice(
     meter(now=at(hours=3))
     run(host(), at(hours=30), at(hours=31))  # the next day: new rollup rows to create
     usage_meter(now=at(hours=32))  # deltas pending
-    slow_create = DailyRollup.objects.bulk_create
+    from billing import services
 
-    def held(*args, **kwargs):  # the first refresh holds its transaction open a while
+    add = services._rollups_add
+
+    def held(sums):  # the first refresh holds its transaction open while it adds
         if threading.current_thread().name == "first":
             time.sleep(0.5)
-        return slow_create(*args, **kwargs)
+        return add(sums)
 
-    monkeypatch.setattr(DailyRollup.objects, "bulk_create", held)
+    monkeypatch.setattr(services, "_rollups_add", held)
 
     errors: list[BaseException] = []
 
@@ -481,3 +491,30 @@ def test_a_refresh_that_starts_while_another_runs_adds_nothing_twice(
     raw, rolled = _raw_and_rolled()
     assert raw == rolled
     assert not RollupDelta.objects.exists()
+
+
+def test_a_gpu_model_renamed_while_a_host_runs_moves_its_rows(host, run, at, meter, catalog):
+    instance = run(host(), at())
+    meter(now=at(hours=1))
+    InstanceType.objects.filter(pk=catalog["g5.xlarge"].pk).update(gpu_model="A10G-24GB")
+    meter(now=at(hours=2))
+    incremental = _rollup_rows()
+    assert {row.gpu_model for row in DailyRollup.objects.all()} == {"A10G-24GB"}
+    rollups_rebuild()
+    assert _rollup_rows() == incremental
+    assert DailyRollup.objects.get().seconds == 7200
+    assert instance.pk
+
+
+def test_deltas_taken_one_at_a_time_give_the_same_rollups(host, run, at, spot_price, alice):
+    spot_price("g5.xlarge", "0.3000", at(hours=-1))
+    spot_price("g5.xlarge", "0.4000", at(hours=3))
+    run(host(), at(), at(hours=30))
+    run(host(market="spot"), at(hours=1), at(hours=5), ended="terminated")
+    for hour in (2, 6, 26, 31):
+        usage_meter(now=at(hours=hour))
+    while rollups_refresh(batch=1):
+        pass
+    incremental = _rollup_rows()
+    rollups_rebuild()
+    assert _rollup_rows() == incremental and incremental

@@ -51,6 +51,22 @@ def test_seed_twice_changes_nothing(db):
     assert snapshot() == first
 
 
+def test_seed_sets_demo_budgets_once_and_keeps_a_changed_one(db):
+    from billing.models import Budget
+    from billing.services import budget_set
+
+    seed()
+    budgets = {b.project.slug: (str(b.monthly_amount), b.policy) for b in Budget.objects.all()}
+    assert budgets == {
+        "vision-lab": ("5000.00", "block_on_demand"),
+        "nlp-lab": ("2000.00", "notify"),
+    }
+    vision = Budget.objects.get(project__slug="vision-lab").project
+    budget_set(project=vision, actor=User.objects.get(username="fin"), monthly_amount="7500")
+    seed()
+    assert str(Budget.objects.get(project=vision).monthly_amount) == "7500.00"
+
+
 def test_seed_keeps_a_password_somebody_changed(db):
     seed()
     alice = User.objects.get(username="alice")

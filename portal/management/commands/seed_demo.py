@@ -34,6 +34,13 @@ PEOPLE = [
 ]
 
 
+# Monthly budgets (dollars) and what happens at 100 %, set only where none exist yet.
+DEMO_BUDGETS = {
+    "vision-lab": ("5000.00", "block_on_demand"),
+    "nlp-lab": ("2000.00", "notify"),
+}
+
+
 class Command(BaseCommand):
     help = "Create the demo catalog, projects and users (password: PORTAL_DEMO_PASSWORD)."
 
@@ -73,6 +80,14 @@ class Command(BaseCommand):
                 quota_set(project=projects[slug], actor=admin, **limits)
         if not hasattr(projects["vision-lab"], "approval_policy"):
             approval_policy_set(project=projects["vision-lab"], actor=admin, gpus_above=8)
+        from billing.models import Budget
+        from billing.services import budget_set
+
+        for slug, (amount, policy) in DEMO_BUDGETS.items():
+            if not Budget.objects.filter(project=projects[slug]).exists():
+                budget_set(
+                    project=projects[slug], actor=admin, monthly_amount=amount, policy=policy
+                )
         audit_record_system(
             name="seed_demo",
             kind="command",

@@ -4,9 +4,10 @@ A report is a date range (UTC days, both ends included), a grouping (project, us
 type, GPU model or market), a granularity (day, week from Monday, month) and optional filters.
 Its lines are (period, group) pairs with the spend split on-demand / spot, the savings (what
 the same seconds would have cost on-demand at the list price, less what they cost) and the
-GPU-hours. Figures are rounded once: each column's total first, then the groups share it by
-largest remainder, then each group's periods share the group's figure; so every shown line adds
-up to its group and every group to the total.
+GPU-hours. Figures are rounded once: the total spend first (so it is the figure a budget shows),
+shared between on-demand and spot, and each other column's total; then the groups share each
+column by largest remainder, then each group's periods share the group's figure; so every shown
+line adds up to its group and every group to the total.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from billing.money import (
     allocate,
     cents_to_decimal,
     gpu_hours_to_decimal,
+    round_half_up,
 )
 from instances.models import InstanceType, Market
 from portal.models import Project, User
@@ -271,11 +273,19 @@ def cost_report(*, viewer, query: ReportQuery) -> Report:
         ("gpu_seconds", GPU_SECONDS_PER_TENTH_HOUR),
     )
     names = ("on_demand_cents", "spot_cents", "savings_cents", "gpu_tenths")
+    # The total spend is rounded once, as a budget's spend is, and then shared between the
+    # on-demand and spot columns; every other column total is its own sum rounded once.
+    exact_totals = {column: sum(getattr(g, column) for g in group_exact) for column, _ in columns}
+    spend = round_half_up(exact_totals["on_demand"] + exact_totals["spot"], RS_PER_CENT)
+    on_demand_cents, spot_cents = allocate(
+        [exact_totals["on_demand"], exact_totals["spot"]], RS_PER_CENT, total_units=spend
+    )
+    targets = {"on_demand_cents": on_demand_cents, "spot_cents": spot_cents}
     total = Figures()
     group_units: dict[str, list[int]] = {}
     for (column, unit), name in zip(columns, names, strict=True):
         values = [getattr(g, column) for g in group_exact]
-        units = allocate(values, unit) if values else []
+        units = allocate(values, unit, total_units=targets.get(name)) if values else []
         group_units[name] = units
         setattr(total, name, sum(units))
     groups = []

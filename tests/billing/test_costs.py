@@ -129,6 +129,29 @@ def test_lines_add_up_even_when_every_line_rounds_the_same_way(
     assert split.json()["total"]["cost"] == "0.01"
 
 
+def test_the_total_is_the_spend_rounded_once_as_the_budget_shows_it(
+    api_as, fin, ada, host, run, at, meter, spot_price, list_price, projects
+):
+    # On-demand $0.0168 and spot $0.0052 round to 2 + 1 cents apart, but they spend $0.0219:
+    # the total says $0.02, as the budget does, and the columns still add up to it.
+    from billing.budgets import budget_statuses
+    from billing.services import budget_set
+
+    list_price("g5.xlarge", "1.006", at(hours=-1))
+    spot_price("g5.xlarge", "0.3105", at(hours=-1))
+    run(host(), at(), at(seconds=60))
+    run(host(market="spot"), at(), at(seconds=60))
+    meter(now=at(hours=1))
+    day = at().date().isoformat()
+    body = api_as(fin).get(f"/api/v1/costs/?start={day}&end={day}&group_by=market").json()
+    total = body["total"]
+    assert (total["cost"], total["on_demand"], total["spot"]) == ("0.02", "0.02", "0.00")
+    assert [g["cost"] for g in body["groups"]] == ["0.02", "0.00"]
+    budget_set(project=projects["vision-lab"], actor=ada, monthly_amount="100")
+    (status,) = budget_statuses([projects["vision-lab"]], now=at(hours=1))
+    assert str(status.spent) == total["cost"]
+
+
 def test_the_csv_streams_the_same_lines_and_a_total(api_as, fin, month):
     response = api_as(fin).get(f"/api/v1/costs/?{query(month, group_by='market', format='csv')}")
     assert response.status_code == 200

@@ -7,7 +7,6 @@ from decimal import Decimal
 import pytest
 from bs4 import BeautifulSoup
 
-from billing.budgets import budget_status
 from billing.models import Budget
 from billing.services import budget_set
 
@@ -124,16 +123,34 @@ def test_researchers_read_their_projects_budgets_without_forms(client, alice, ad
 
 
 def test_the_dashboard_shows_each_project_spend_against_its_budget(
-    client, alice, ada, projects, spent
+    client, alice, ada, projects, catalog
 ):
+    from django.utils import timezone
+
+    from billing.models import DailyRollup
+    from billing.money import micros
+
     budget_set(project=projects["vision-lab"], actor=ada, monthly_amount="500.00")
+    DailyRollup.objects.create(  # $0.11 spent today, as metering would have rolled it up
+        day=timezone.now().date(),
+        project=projects["vision-lab"],
+        user=alice,
+        instance_type=catalog["g5.xlarge"],
+        gpu_model="A10G",
+        market="on_demand",
+        seconds=394,
+        billed_seconds=394,
+        gpu_seconds=394,
+        cost_rs=micros("0.11") * 3600,
+        list_cost_rs=micros("0.11") * 3600,
+        pieces=1,
+    )
     _, soup = page(client, alice, "/dashboard/")
     card = soup.select_one('.project-card[data-project="vision-lab"]')
     line = card.select_one(".budget-line")
-    assert "of $500.00" in line.text
-    assert line.select_one("[role=progressbar]")["aria-valuenow"] == str(
-        budget_status(projects["vision-lab"]).percent_spent
-    )
+    # Spend is money in cents, even under a dollar (prices per hour keep four places).
+    assert " ".join(line.select_one(".budget-line-head span").text.split()) == "$0.11 of $500.00"
+    assert line.select_one("[role=progressbar]")["aria-valuenow"] == "0"
 
 
 def test_finance_saves_a_budget_on_the_page(client, fin, projects):

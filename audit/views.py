@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import csv
+import itertools
 import json
 from collections.abc import Iterator
 
@@ -14,13 +14,13 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from audit import chain
+from audit.csv_stream import csv_lines
 from audit.filters import METHODS, AuditEventFilter
 from audit.models import AuditChainLink, AuditEvent, Outcome
 
 PAGE_SIZE = 50
 EXPORT_FIELDS = ["seq", *chain.CONTENT_FIELDS]
 # A spreadsheet runs a cell that starts with one of these as a formula (CSV injection).
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
 def _require_admin(request: HttpRequest) -> None:
@@ -103,17 +103,6 @@ def _export_rows(filterset: AuditEventFilter) -> Iterator[tuple]:
         yield values
 
 
-def _spreadsheet_safe(value) -> object:
-    if isinstance(value, str) and value.startswith(_FORMULA_START):
-        return "'" + value
-    return value
-
-
-class _Echo:
-    def write(self, value: str) -> str:
-        return value
-
-
 def _export_response(request: HttpRequest, kind: str) -> HttpResponse:
     _require_admin(request)
     filterset = _filtered(request, AuditEvent.objects.for_user(request.user))
@@ -124,14 +113,8 @@ def _export_response(request: HttpRequest, kind: str) -> HttpResponse:
         return HttpResponse(f"Fix the filters first: {problems}\n", status=400)
     stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
     if kind == "csv":
-        writer = csv.writer(_Echo())
-
-        def lines():
-            yield writer.writerow(EXPORT_FIELDS)
-            for values in _export_rows(filterset):
-                yield writer.writerow([_spreadsheet_safe(value) for value in values])
-
-        response = StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8")
+        lines = csv_lines(itertools.chain([EXPORT_FIELDS], _export_rows(filterset)))
+        response = StreamingHttpResponse(lines, content_type="text/csv; charset=utf-8")
         filename = f"audit-{stamp}.csv"
     else:
 

@@ -12,7 +12,6 @@ line adds up to its group and every group to the total.
 
 from __future__ import annotations
 
-import csv
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from decimal import Decimal
 from django.db.models import F, Q, Sum
 from django.db.models.functions import TruncMonth, TruncWeek
 
+from audit.csv_stream import csv_lines
 from billing.models import DailyRollup
 from billing.money import (
     GPU_SECONDS_PER_TENTH_HOUR,
@@ -343,44 +343,36 @@ CSV_HEADER = [
 ]
 
 
-class _Echo:
-    """A file that hands back what is written to it, for streaming csv.writer rows."""
-
-    def write(self, value: str) -> str:
-        return value
-
-
 def csv_rows(report: Report) -> Iterator[str]:
     """The report as CSV lines, one (period, group) per line and a total line; for streaming."""
-    writer = csv.writer(_Echo())
-    yield writer.writerow(CSV_HEADER)
+    return csv_lines(_csv_values(report))
+
+
+def _csv_values(report: Report) -> Iterator[list]:
+    yield CSV_HEADER
     group_by = report.query.group_by
     for line in report.lines:
         f = line.figures
-        yield writer.writerow(
-            [
-                line.period.isoformat(),
-                group_by,
-                line.label,
-                f.on_demand,
-                f.spot,
-                f.cost,
-                f.savings,
-                f.on_demand_equivalent,
-                f.gpu_hours,
-            ]
-        )
-    t = report.total
-    yield writer.writerow(
-        [
-            "total",
+        yield [
+            line.period.isoformat(),
             group_by,
-            f"{report.query.start.isoformat()} to {report.query.end.isoformat()}",
-            t.on_demand,
-            t.spot,
-            t.cost,
-            t.savings,
-            t.on_demand_equivalent,
-            t.gpu_hours,
+            line.label,
+            f.on_demand,
+            f.spot,
+            f.cost,
+            f.savings,
+            f.on_demand_equivalent,
+            f.gpu_hours,
         ]
-    )
+    t = report.total
+    yield [
+        "total",
+        group_by,
+        f"{report.query.start.isoformat()} to {report.query.end.isoformat()}",
+        t.on_demand,
+        t.spot,
+        t.cost,
+        t.savings,
+        t.on_demand_equivalent,
+        t.gpu_hours,
+    ]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-
 from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import ValidationError
@@ -14,6 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 
+from audit.csv_stream import csv_lines
 from billing.api import streamed_csv
 from billing.budgets import budget_statuses
 from billing.forms import BudgetForm, CurUploadForm, ReportForm, presets
@@ -297,11 +296,6 @@ def reconciliation(request: HttpRequest) -> HttpResponse:
     return render(request, "billing/reconciliation.html", context, status=status)
 
 
-class _Echo:
-    def write(self, value: str) -> str:
-        return value
-
-
 @require_GET
 def reconciliation_csv(request: HttpRequest) -> HttpResponse:
     if not _may_reconcile(request):
@@ -309,40 +303,36 @@ def reconciliation_csv(request: HttpRequest) -> HttpResponse:
     selected = _selected_import(request)
     if selected is None:
         raise Http404("No Cost and Usage Report has been imported yet.")
-    writer = csv.writer(_Echo())
 
     def rows():
-        yield writer.writerow(
-            [
-                "resource_id",
-                "portal_instance",
-                "project",
-                "owner",
-                "status",
-                "bill_usd",
-                "portal_usd",
-                "difference_usd",
-                "note",
-            ]
-        )
-        for row in selected.results.select_related("instance__project", "instance__owner"):
+        yield [
+            "resource_id",
+            "portal_instance",
+            "project",
+            "owner",
+            "status",
+            "bill_usd",
+            "portal_usd",
+            "difference_usd",
+            "note",
+        ]
+        results = selected.results.select_related("instance__project", "instance__owner")
+        for row in results.iterator(chunk_size=2000):
             portal = dollars(row.portal_cost_rs, places=6)
             instance = row.instance
-            yield writer.writerow(
-                [
-                    row.resource_id,
-                    row.tag_instance,
-                    instance.project.slug if instance else "",
-                    instance.owner.username if instance else "",
-                    row.status,
-                    row.cloud_cost.normalize(),
-                    portal,
-                    (row.cloud_cost - portal).normalize(),
-                    row.note,
-                ]
-            )
+            yield [
+                row.resource_id,
+                row.tag_instance,
+                instance.project.slug if instance else "",
+                instance.owner.username if instance else "",
+                row.status,
+                row.cloud_cost.normalize(),
+                portal,
+                (row.cloud_cost - portal).normalize(),
+                row.note,
+            ]
 
-    response = StreamingHttpResponse(rows(), content_type="text/csv; charset=utf-8")
+    response = StreamingHttpResponse(csv_lines(rows()), content_type="text/csv; charset=utf-8")
     name = f"reconciliation-{selected.pk}-{selected.first_day}-to-{selected.last_day}.csv"
     response["Content-Disposition"] = f'attachment; filename="{name}"'
     return response

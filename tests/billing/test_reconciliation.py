@@ -264,6 +264,23 @@ def test_upload_page_shows_results_and_the_csv(fleet, at, fin, client):
     assert by_id[fleet[2].cloud_id]["status"] == "not_in_bill"
 
 
+def test_bill_text_that_looks_like_a_formula_is_defused_in_the_csv(fleet, at, fin, client):
+    """A CUR line is outside data: a resource id or tag written as a formula must reach the
+    spreadsheet as text, not run."""
+    formula = '=HYPERLINK("http://evil.example/","click")'
+    client.force_login(fin)
+    upload = io.BytesIO(
+        legacy_csv(at, [("Usage", "AmazonEC2", "i-0aaaaaaaaaaaaaaaa", "1.00", formula)])
+    )
+    upload.name = "odd.csv"
+    client.post("/costs/reconciliation/", {"report": upload})
+    download = client.get(f"/costs/reconciliation.csv?run={CurImport.objects.get().pk}")
+    rows = list(csv.DictReader(io.StringIO(b"".join(download.streaming_content).decode())))
+    (odd,) = [row for row in rows if row["resource_id"] == "i-0aaaaaaaaaaaaaaaa"]
+    assert odd["portal_instance"] == "'" + formula
+    assert odd["bill_usd"] == "1"  # numbers are left alone
+
+
 def test_researchers_may_not_reconcile(client, alice):
     client.force_login(alice)
     assert client.get("/costs/reconciliation/").status_code == 403

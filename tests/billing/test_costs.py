@@ -205,17 +205,19 @@ def test_anonymous_callers_get_401(client, db):
 # --- budgets API --------------------------------------------------------------------------------
 
 
-def test_budgets_list_shows_spend_against_budget(api_as, ada, alice, month, projects):
+def test_budgets_list_shows_spend_against_budget(api_as, ada, alice, spend, projects):
     from billing.services import budget_set
 
     budget_set(project=projects["vision-lab"], actor=ada, monthly_amount="1000.00")
+    spend("12.34")
     body = api_as(alice).get("/api/v1/budgets/").json()
     assert [b["project"] for b in body] == ["vision-lab"]
     vision = body[0]
     assert vision["monthly_amount"] == "1000.00"
     assert vision["thresholds"] == [50, 80, 100]
     assert vision["policy"] == "notify"
-    assert Decimal(vision["spent"]) >= 0
+    assert (vision["spent"], vision["forecast"], vision["left"]) == ("12.34", "12.34", "987.66")
+    assert vision["percent_spent"] == 1
 
 
 def test_finance_puts_a_budget_and_admins_choose_the_policy(api_as, fin, ada, projects):

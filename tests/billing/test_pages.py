@@ -94,8 +94,9 @@ def test_costs_and_budgets_are_in_everyones_menu(client, alice, fin, ada):
 # --- budgets ------------------------------------------------------------------------------------
 
 
-def test_budget_page_has_a_bar_per_project(client, fin, ada, projects, spent):
+def test_budget_page_has_a_bar_per_project(client, fin, ada, projects, spend):
     budget_set(project=projects["vision-lab"], actor=ada, monthly_amount="20.00")
+    spend("12.50")  # this month, nothing running
     response, soup = page(client, fin, "/budgets/")
     assert response.status_code == 200
     cards = {card["data-project"]: card for card in soup.select(".budget-card")}
@@ -103,7 +104,9 @@ def test_budget_page_has_a_bar_per_project(client, fin, ada, projects, spent):
     vision = cards["vision-lab"]
     assert vision.select_one(".bt-spent") and vision.select_one(".bt-budget")
     figures = [dd.text.split()[0] for dd in vision.select(".budget-figures dd")]
-    assert figures[2] == "$20.00"
+    # Spent, forecast (no host running: the same), budget, and what is left for new orders.
+    assert figures == ["$12.50", "$12.50", "$20.00", "$7.50"]
+    assert vision.select_one(".bt-spent")["style"] == "width: 62.5%"
     # Finance edits amounts and thresholds; the policy is shown, not offered.
     assert vision.select_one("select[name$=policy]") is None
     assert vision.select_one("input[name='vision-lab-monthly_amount']") is not None
@@ -130,7 +133,7 @@ def test_the_dashboard_shows_each_project_spend_against_its_budget(
     from billing.models import DailyRollup
     from billing.money import micros
 
-    budget_set(project=projects["vision-lab"], actor=ada, monthly_amount="500.00")
+    budget_set(project=projects["vision-lab"], actor=ada, monthly_amount="0.20")
     DailyRollup.objects.create(  # $0.11 spent today, as metering would have rolled it up
         day=timezone.now().date(),
         project=projects["vision-lab"],
@@ -149,8 +152,8 @@ def test_the_dashboard_shows_each_project_spend_against_its_budget(
     card = soup.select_one('.project-card[data-project="vision-lab"]')
     line = card.select_one(".budget-line")
     # Spend is money in cents, even under a dollar (prices per hour keep four places).
-    assert " ".join(line.select_one(".budget-line-head span").text.split()) == "$0.11 of $500.00"
-    assert line.select_one("[role=progressbar]")["aria-valuenow"] == "0"
+    assert " ".join(line.select_one(".budget-line-head span").text.split()) == "$0.11 of $0.20"
+    assert line.select_one("[role=progressbar]")["aria-valuenow"] == "55"
 
 
 def test_finance_saves_a_budget_on_the_page(client, fin, projects):

@@ -14,7 +14,8 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from billing.models import ListPrice, SpotPrice
+from billing.models import DailyRollup, ListPrice, SpotPrice
+from billing.money import micros
 from billing.services import rollups_refresh, usage_meter
 from instances.models import Instance
 from instances.services import instance_transition
@@ -119,5 +120,34 @@ def list_price(catalog):
         return ListPrice.objects.create(
             instance_type=catalog[name], price_per_hour=Decimal(price), at=when, source="test"
         )
+
+    return record
+
+
+@pytest.fixture
+def spend(projects, alice, catalog):
+    """Put month-to-date spend on a project, as metering and rollups would."""
+
+    def record(dollars: str, *, project=None, market="on_demand"):
+        row, _ = DailyRollup.objects.get_or_create(
+            day=timezone.now().date(),
+            project=project or projects["vision-lab"],
+            user=alice,
+            instance_type=catalog["g5.xlarge"],
+            market=market,
+            defaults={
+                "gpu_model": "A10G",
+                "seconds": 0,
+                "billed_seconds": 0,
+                "gpu_seconds": 0,
+                "cost_rs": 0,
+                "list_cost_rs": 0,
+                "pieces": 1,
+            },
+        )
+        row.cost_rs += micros(dollars) * 3600
+        row.list_cost_rs += micros(dollars) * 3600
+        row.save()
+        return row
 
     return record

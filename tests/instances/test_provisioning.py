@@ -10,6 +10,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
+from audit.models import AuditEvent
 from instances import services, tasks
 from instances.models import Image, Instance, SimulatedHost
 from instances.providers.base import TAG_INSTANCE, ProviderPermanentError
@@ -185,6 +186,12 @@ def test_reconcile_marks_ghosts_terminated_when_last_seen(running_host):
     assert report.ghosts == [str(instance.pk)]
     event = instance.events.get(new_status=S.TERMINATED)
     assert event.at == seen and event.actor == "system:reconcile"
+    # The task's change is in the audit log too, under the task's name.
+    row = AuditEvent.objects.get(
+        object_ref=f"instance:{instance.pk}", actor_username="system:reconcile"
+    )
+    assert row.action == "running->terminated"
+    assert "the cloud no longer knows this host" in row.body_summary
 
 
 def test_a_host_missing_for_less_than_the_grace_is_not_a_ghost(running_host, settings):
@@ -279,3 +286,16 @@ def test_a_host_whose_lease_ended_is_terminated(running_host, django_capture_on_
         S.TERMINATED
     )
     assert services.leases_expire() == []
+
+
+def test_the_provisioning_queue_is_configured_not_to_lose_or_double_work(settings):
+    """acks_late + reject on worker lost: a task a dying worker held is delivered again;
+    prefetch 1: a worker holds no launches it is not running; EC2 calls retry adaptively."""
+    from instances.providers.ec2 import EC2Provider
+    from portal.celery import app
+
+    for task in (tasks.provision_instance, tasks.stop_instance, tasks.start_instance):
+        assert (task.acks_late, task.reject_on_worker_lost) == (True, True), task.name
+    assert app.conf.worker_prefetch_multiplier == 1
+    assert app.conf.task_routes["instances.tasks.provision_instance"] == {"queue": "provisioning"}
+    assert EC2Provider().client.meta.config.retries["mode"] == "adaptive"

@@ -6,6 +6,7 @@ are set on the Budgets page or with PUT /api/v1/budgets/{project}/, which check 
 
 from django.contrib import admin
 
+from audit.admin import ReadOnlyAdmin
 from billing.models import (
     Budget,
     BudgetAlert,
@@ -16,17 +17,6 @@ from billing.models import (
     SpotPrice,
     Usage,
 )
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(SpotPrice)

@@ -20,6 +20,7 @@ from billing.money import SECONDS_PER_HOUR, dollars, micros
 from instances.models import Instance, Market
 from portal.errors import Conflict
 from portal.models import Project
+from portal.templatetags.portal_tags import usd as usd_filter
 
 # Hosts that cost money now or will as soon as the cloud starts them.
 COMMITTED = (
@@ -44,9 +45,8 @@ def month_end(moment: datetime) -> datetime:
 
 
 def usd(rate_seconds: int) -> str:
-    """$1,234.56 from rate-seconds, rounded once."""
-    amount = dollars(rate_seconds)
-    return f"{'-' if amount < 0 else ''}${abs(amount):,.2f}"
+    """$1,234.56 from rate-seconds, rounded once (the templates' usd filter, to the cent)."""
+    return usd_filter(dollars(rate_seconds), 2)
 
 
 def host_rate_micros(instance: Instance) -> int:

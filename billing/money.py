@@ -33,10 +33,6 @@ def micros(price: Decimal | int | str) -> int:
     return int(value)
 
 
-def dollars_from_micros(value: int) -> Decimal:
-    return Decimal(value) / MICROS_PER_DOLLAR
-
-
 def round_half_up(value: int, unit: int) -> int:
     """value / unit rounded to a whole number, halves away from zero (as the usd filter does)."""
     quotient, remainder = divmod(abs(value), unit)

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from decimal import Decimal
+from functools import cached_property
 
 from django.db.models import F, Q, Sum
 from django.db.models.functions import TruncMonth, TruncWeek
@@ -152,8 +153,9 @@ class Report:
     groups: list[Group]
     periods: list[tuple[date, Figures]]
 
-    @property
+    @cached_property
     def lines(self) -> list[Line]:
+        """Every (period, group) line in period order (the page reads it several times)."""
         return sorted(
             (line for group in self.groups for line in group.lines),
             key=lambda line: (line.period, line.label),
@@ -171,13 +173,11 @@ class _Exact:
     savings: int = 0
     gpu_seconds: int = 0
 
-    def add(self, market: str, cost: int, list_cost: int, gpu_seconds: int) -> None:
-        if market == Market.SPOT:
-            self.spot += cost
-        else:
-            self.on_demand += cost
-        self.savings += list_cost - cost
-        self.gpu_seconds += gpu_seconds
+    def add(self, other: _Exact) -> None:
+        self.on_demand += other.on_demand
+        self.spot += other.spot
+        self.savings += other.savings
+        self.gpu_seconds += other.gpu_seconds
 
 
 def period_start(day: date, granularity: str) -> date:
@@ -249,21 +249,22 @@ def cost_report(*, viewer, query: ReportQuery) -> Report:
         period = row["period"]
         if isinstance(period, datetime):
             period = period.date()
-        figures = exact[row["key"]].setdefault(period, _Exact())
-        figures.on_demand += int(row["on_demand"] or 0)
-        figures.spot += int(row["spot"] or 0)
-        figures.savings += int(row["list_cost"] or 0) - int(row["cost"] or 0)
-        figures.gpu_seconds += int(row["gpu_seconds"] or 0)
+        cost = int(row["cost"] or 0)
+        exact[row["key"]].setdefault(period, _Exact()).add(
+            _Exact(
+                on_demand=int(row["on_demand"] or 0),
+                spot=int(row["spot"] or 0),
+                savings=int(row["list_cost"] or 0) - cost,
+                gpu_seconds=int(row["gpu_seconds"] or 0),
+            )
+        )
     labels = _labels(query.group_by, exact)
     keys = sorted(exact, key=lambda key: str(labels.get(key, key)))
     group_exact = []
     for key in keys:
         total = _Exact()
         for figures in exact[key].values():
-            total.on_demand += figures.on_demand
-            total.spot += figures.spot
-            total.savings += figures.savings
-            total.gpu_seconds += figures.gpu_seconds
+            total.add(figures)
         group_exact.append(total)
 
     columns = (

@@ -172,13 +172,11 @@ class MeterReport:
     instances: int = 0
     written: int = 0
     deleted: int = 0
-    dirty: set[tuple[date, int]] = field(default_factory=set)
 
     def add(self, other: MeterReport) -> None:
         self.instances += other.instances
         self.written += other.written
         self.deleted += other.deleted
-        self.dirty |= other.dirty
 
 
 # Every column metering computes; a row whose values are all equal is left alone.
@@ -307,7 +305,6 @@ def instance_meter(
         deltas.save()
         report.written = len(create) + len(update)
         report.deleted = len(gone)
-        report.dirty = deltas.days()
         _mark_save(mark, events, runs, now, ended, metered=True)
     return report
 
@@ -401,7 +398,6 @@ def usage_meter(*, now: datetime | None = None, full: bool = False) -> MeterRepo
                 "hosts": report.instances,
                 "rows_written": report.written,
                 "rows_deleted": report.deleted,
-                "days_to_roll_up": len(report.dirty),
             },
         )
     return report
@@ -443,9 +439,6 @@ class RollupDeltas:
         for index, name in enumerate(_ROLLUP_SUMS):
             sums[index] += sign * getattr(row, name)
         sums[-1] += sign
-
-    def days(self) -> set[tuple[date, int]]:
-        return {(key[0], key[1]) for key, sums in self.sums.items() if any(sums)}
 
     def save(self) -> None:
         RollupDelta.objects.bulk_create(
@@ -600,7 +593,7 @@ def budget_set(
     Takes the project's row lock, so a budget change and an order's budget check never
     interleave.
     """
-    if not (actor.is_finance or actor.is_portal_admin):
+    if not actor.sees_everything:
         raise Forbidden("Only finance and admins set budgets.")
     with transaction.atomic():
         Project.objects.select_for_update().get(pk=project.pk)
@@ -756,7 +749,7 @@ def budgets_check(*, now: datetime | None = None) -> BudgetCheckReport:
 def cur_import(*, data: bytes, source: str, actor: User | None) -> CurImport:
     """Compare a Cost and Usage Report (CSV, optionally gzipped) with metered usage, host by
     host, and keep the result. Changes nothing the portal bills or runs."""
-    if actor is not None and not (actor.is_finance or actor.is_portal_admin):
+    if actor is not None and not actor.sees_everything:
         raise Forbidden("Only finance and admins reconcile the cloud bill.")
     report = cur.parse(data)
     comparison = cur.compare(report)
@@ -798,7 +791,7 @@ def cur_import(*, data: bytes, source: str, actor: User | None) -> CurImport:
 
 def cur_import_s3(*, bucket: str, key: str, actor: User | None) -> CurImport:
     """Fetch a Cost and Usage Report from S3, then import it as cur_import does."""
-    if actor is not None and not (actor.is_finance or actor.is_portal_admin):
+    if actor is not None and not actor.sees_everything:
         raise Forbidden("Only finance and admins reconcile the cloud bill.")
     return cur_import(
         data=cur.fetch_s3(bucket=bucket, key=key), source=f"s3://{bucket}/{key}", actor=actor

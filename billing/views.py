@@ -171,7 +171,7 @@ def _budget_totals(cards: list[dict]) -> dict:
 def budgets(request: HttpRequest) -> HttpResponse:
     """A bar per project (spent, forecast, budget); finance and admins set them here."""
     user = request.user
-    can_edit = user.is_finance or user.is_portal_admin
+    can_edit = user.sees_everything
     status = 200
     forms = {}
     if request.method == "POST":
@@ -225,7 +225,7 @@ def budgets(request: HttpRequest) -> HttpResponse:
 
 
 def _may_reconcile(request: HttpRequest) -> bool:
-    return request.user.is_finance or request.user.is_portal_admin
+    return request.user.sees_everything
 
 
 def _selected_import(request: HttpRequest) -> CurImport | None:

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from audit.services import audit_record_system
 from billing import cur
-from billing.budgets import BudgetStatus, budget_status, month_of, usd
+from billing.budgets import BudgetStatus, budget_status, budget_statuses, month_of, usd
 from billing.models import (
     Budget,
     BudgetAlert,
@@ -696,18 +696,37 @@ def budgets_check(*, now: datetime | None = None) -> BudgetCheckReport:
     and apply the stop-hosts policy to projects whose spend has reached their budget."""
     now = now or timezone.now()
     report = BudgetCheckReport()
-    for budget in Budget.objects.select_related("project").order_by("project__slug"):
-        with transaction.atomic():
-            status = budget_status(budget.project, now=now)
-            amount = status.amount_rs
+    budgets = list(Budget.objects.select_related("project").order_by("project__slug"))
+    # Every project's month in a few queries, and the crossings already noted, in one.
+    statuses = {s.project.pk: s for s in budget_statuses([b.project for b in budgets], now=now)}
+    noted = set(
+        BudgetAlert.objects.filter(month=month_of(now)).values_list(
+            "project_id", "basis", "threshold"
+        )
+    )
+    for budget in budgets:
+        status = statuses[budget.project_id]
+        amount = status.amount_rs
+        crossings = {
+            basis: [
+                threshold
+                for threshold in sorted(budget.thresholds)
+                if (budget.project_id, basis, threshold) not in noted
+                and _crossed(value, threshold, amount)
+            ]
             for basis, value in (
                 (BudgetAlert.Basis.ACTUAL, status.spent_rs),
                 (BudgetAlert.Basis.FORECAST, status.forecast_rs),
-            ):
+            )
+        }
+        stop = budget.policy == Budget.Policy.STOP_HOSTS and _crossed(status.spent_rs, 100, amount)
+        if not stop and not any(crossings.values()):
+            continue  # nothing new: no transaction, no query
+        with transaction.atomic():
+            for basis, thresholds in crossings.items():
+                value = status.spent_rs if basis == BudgetAlert.Basis.ACTUAL else status.forecast_rs
                 new = []
-                for threshold in sorted(budget.thresholds):
-                    if not _crossed(value, threshold, amount):
-                        continue
+                for threshold in thresholds:
                     _, created = BudgetAlert.objects.get_or_create(
                         project=budget.project,
                         month=month_of(now),
@@ -727,7 +746,7 @@ def budgets_check(*, now: datetime | None = None) -> BudgetCheckReport:
                         summary={"thresholds": new, "value": usd(value), "budget": usd(amount)},
                     )
                     report.alerts += [f"{budget.project.slug}:{basis}:{t}" for t in new]
-            if budget.policy == Budget.Policy.STOP_HOSTS and _crossed(status.spent_rs, 100, amount):
+            if stop:
                 running = Instance.objects.filter(
                     project=budget.project, status=Instance.Status.RUNNING
                 )

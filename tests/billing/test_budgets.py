@@ -306,3 +306,21 @@ def test_no_amount_removes_the_budget(vision, ada):
 
 def _month() -> str:
     return f"{timezone.now():%B %Y}"
+
+
+def test_the_budget_check_reads_all_projects_in_the_same_few_queries(ada):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from portal.services import project_upsert
+
+    def queries_with(count: int) -> int:
+        for number in range(count):
+            project, _ = project_upsert(slug=f"lab-{number}", name=f"Lab {number}")
+            budget_set(project=project, actor=ada, monthly_amount="100")
+        budgets_check()  # the crossings of this month are noted once
+        with CaptureQueriesContext(connection) as seen:
+            budgets_check()
+        return len(seen)
+
+    assert queries_with(2) == queries_with(8)

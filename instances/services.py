@@ -33,6 +33,7 @@ from instances.models import (
 )
 from instances.providers import get_provider
 from instances.providers.base import (
+    TAG_DEPLOYMENT,
     TAG_INSTANCE,
     TAG_OWNER,
     TAG_PROJECT,
@@ -41,6 +42,7 @@ from instances.providers.base import (
     InstanceTypeSpec,
     LaunchRequest,
     Provider,
+    ProviderTransientError,
 )
 from instances.sshkeys import validate_public_key
 from portal.errors import Conflict, Forbidden
@@ -1103,7 +1105,7 @@ def instance_provision(*, instance_id, provider: Provider | None = None) -> Inst
     provider = provider or get_provider()
     existing = provider.find_tagged(str(instance.id))
     if existing:
-        host = min(existing, key=lambda h: (h.launched_at, h.cloud_id))
+        host = min(existing, key=_launch_order)
     else:
         host = provider.launch(launch_request(instance))
     instance = instance_load(instance_id)
@@ -1210,6 +1212,8 @@ class ReconcileReport:
     ghosts: list[str] = field(default_factory=list)
     orphans_terminated: list[str] = field(default_factory=list)
     doubles_terminated: list[str] = field(default_factory=list)
+    # Hosts to end that the cloud refused for now (throttled): the next pass tries again.
+    deferred: list[str] = field(default_factory=list)
 
     def actions(self) -> int:
         return sum(len(value) for value in vars(self).values())
@@ -1311,46 +1315,113 @@ def reconcile(*, provider: Provider | None = None, now: datetime | None = None) 
         elif instance.status != before:
             report.updated.append(str(instance.pk))
 
-    # 3. Every tagged host in the cloud: adopt the ones the database lost, end the rest.
-    tagged = provider.find_tagged()
-    rows = Instance.objects.in_bulk(
-        [h.instance_uuid for h in tagged if _is_uuid(h.instance_uuid)], field_name="id"
-    )
-    for host in tagged:
-        row = rows.get(uuid.UUID(host.instance_uuid)) if _is_uuid(host.instance_uuid) else None
-        if row is not None and row.cloud_id is None:
-            row = instance_load(row.pk)  # an earlier host of this loop may have been adopted
-        if row is not None and row.is_live and row.cloud_id in (None, host.cloud_id):
-            if row.cloud_id is None:
-                instance_note(instance=row, note=f"adopted cloud host {host.cloud_id}", actor=actor)
-                instance_apply_cloud(instance=row, host=host, actor=actor)
-                report.adopted.append(host.cloud_id)
-            continue
-        if host.launched_at > grace:
-            continue  # a launch may still be on its way to being recorded
-        provider.terminate(host.cloud_id)
+    # 3. Every tagged host in the cloud, by the instance it is tagged with: adopt the ones the
+    #    database lost, end doubles at once and orphans after the grace.
+    hosts_of: dict[str, list[CloudHost]] = {}
+    for host in provider.find_tagged():
+        # find_tagged filters on the deployment already; a filter the cloud ignored must still
+        # not make this portal end another deployment's hosts.
+        if host.tags.get(TAG_DEPLOYMENT) == settings.PORTAL_DEPLOYMENT:
+            hosts_of.setdefault(host.instance_uuid, []).append(host)
+    rows = Instance.objects.in_bulk([key for key in hosts_of if _is_uuid(key)], field_name="id")
+    for key, hosts in hosts_of.items():
+        row = rows.get(uuid.UUID(key)) if _is_uuid(key) else None
+        hosts.sort(key=_launch_order)
         if row is not None and row.is_live:
-            instance_note(
-                instance=row, note=f"terminated duplicate host {host.cloud_id}", actor=actor
-            )
-            report.doubles_terminated.append(host.cloud_id)
-        else:
-            if row is not None:
-                instance_note(
-                    instance=row, note=f"terminated orphan host {host.cloud_id}", actor=actor
-                )
-            log.warning(
-                "reconcile: terminated orphan host %s (tag %s)", host.cloud_id, host.instance_uuid
-            )
-            if row is None:
-                _audit_system(
-                    actor,
-                    action="terminate-orphan",
-                    object_ref=f"cloud:{host.cloud_id}",
-                    reason=f"tagged {host.instance_uuid}, which the portal does not know",
-                )
-            report.orphans_terminated.append(host.cloud_id)
+            _settle_tagged(row, hosts, provider=provider, report=report, actor=actor)
+            continue
+        for host in hosts:
+            if host.launched_at <= grace:
+                _end_orphan(row, host, provider=provider, report=report, actor=actor)
     return report
+
+
+def _launch_order(host: CloudHost) -> tuple:
+    """Which of several hosts of one instance is kept: the earliest launched, as the
+    provisioner picks it (instance_provision), so that both choose the same one."""
+    return (host.launched_at, host.cloud_id)
+
+
+def _settle_tagged(
+    row: Instance,
+    hosts: list[CloudHost],
+    *,
+    provider: Provider,
+    report: ReconcileReport,
+    actor: str,
+) -> None:
+    """One live row and the live hosts tagged with its id (earliest first): it keeps the host
+    it records, or adopts the earliest if it records none; every other one is a duplicate and
+    ends now. No grace: the row has its host, so nothing can still come to record these."""
+    if row.cloud_id is None:
+        row = instance_load(row.pk)  # a worker may have recorded its host since the listing
+    if row.cloud_id is None:
+        first = hosts[0]
+        # Conditional, as a worker's record: if one records another host first, that one is kept.
+        if _record_host(row, first):
+            instance_note(instance=row, note=f"adopted cloud host {first.cloud_id}", actor=actor)
+            instance_apply_cloud(instance=row, host=first, actor=actor)
+            report.adopted.append(first.cloud_id)
+        else:
+            row = instance_load(row.pk)
+    for host in hosts:
+        if host.cloud_id == row.cloud_id:
+            continue
+        if not _end_host(provider, host.cloud_id):
+            report.deferred.append(host.cloud_id)
+            continue
+        instance_note(
+            instance=row,
+            note=f"terminated duplicate host {host.cloud_id} (this host is {row.cloud_id})",
+            actor=actor,
+        )
+        log.warning("reconcile: terminated duplicate host %s of %s", host.cloud_id, row.pk)
+        report.doubles_terminated.append(host.cloud_id)
+
+
+def _end_orphan(
+    row: Instance | None,
+    host: CloudHost,
+    *,
+    provider: Provider,
+    report: ReconcileReport,
+    actor: str,
+) -> None:
+    """A tagged host older than the grace whose row is gone or no longer live."""
+    if not _end_host(provider, host.cloud_id):
+        report.deferred.append(host.cloud_id)
+        return
+    if row is not None:
+        instance_note(instance=row, note=f"terminated orphan host {host.cloud_id}", actor=actor)
+    log.warning("reconcile: terminated orphan host %s (tag %s)", host.cloud_id, host.instance_uuid)
+    if row is None:
+        _audit_system(
+            actor,
+            action="terminate-orphan",
+            object_ref=f"cloud:{host.cloud_id}",
+            reason=f"tagged {host.instance_uuid}, which the portal does not know",
+        )
+    report.orphans_terminated.append(host.cloud_id)
+
+
+def _end_host(provider: Provider, cloud_id: str) -> bool:
+    """Terminate a host; True once the cloud has it going. A refused (throttled) call did
+    nothing and is left for the next pass. A reply lost after the call was sent may hide a
+    terminate that took effect, and a host shutting down is no longer listed, so a later pass
+    could not tell: ask now, and count it done unless the cloud says the host still lives."""
+    try:
+        provider.terminate(cloud_id)
+        return True
+    except ProviderTransientError as error:
+        log.info("reconcile: terminate of %s: %s", cloud_id, error)
+        if not error.outcome_unknown:
+            return False
+    try:
+        host = provider.describe([cloud_id]).get(cloud_id)
+    except ProviderTransientError:
+        # Most likely done; if not, the next pass finds it listed and ends it then.
+        return True
+    return host is None or host.state in CloudState.GONE
 
 
 def _is_uuid(value: str) -> bool:

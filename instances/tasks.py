@@ -117,6 +117,12 @@ def reconcile() -> int:
     report = services.reconcile()
     if report.actions():
         log.info("reconcile: %s", report)
+    if report.deferred:
+        # The cloud refused some terminations for now (throttled): a pass sooner than beat's
+        # next one, through the autoretry above.
+        raise ProviderTransientError(
+            f"{len(report.deferred)} hosts still to terminate", code="RequestLimitExceeded"
+        )
     return report.actions()
 
 

@@ -279,6 +279,15 @@ PORTAL_SIMULATED_BOOT_SECONDS = env_int("PORTAL_SIMULATED_BOOT_SECONDS", 6)
 PORTAL_SIMULATED_API_LATENCY_SECONDS = env_float("PORTAL_SIMULATED_API_LATENCY_SECONDS", 0)
 # Chance per hour that the simulated market takes back a running spot host.
 PORTAL_SIMULATED_INTERRUPTIONS_PER_HOUR = env_float("PORTAL_SIMULATED_INTERRUPTIONS_PER_HOUR", 0)
+# Faults of the simulated cloud, all off by default (instances.providers.simulated.Faults):
+# seconds a host call's reply takes after the cloud acted; the chance a launch, stop, start or
+# terminate takes effect and then times out; launches that ignore the ClientToken (as moto);
+# the chance a call starts a throttling burst, and how many calls a burst refuses.
+PORTAL_SIMULATED_REPLY_LATENCY_SECONDS = env_float("PORTAL_SIMULATED_REPLY_LATENCY_SECONDS", 0)
+PORTAL_SIMULATED_LOST_REPLY_RATE = env_float("PORTAL_SIMULATED_LOST_REPLY_RATE", 0)
+PORTAL_SIMULATED_IGNORE_CLIENT_TOKENS = env_bool("PORTAL_SIMULATED_IGNORE_CLIENT_TOKENS", False)
+PORTAL_SIMULATED_THROTTLE_RATE = env_float("PORTAL_SIMULATED_THROTTLE_RATE", 0)
+PORTAL_SIMULATED_THROTTLE_BURST_CALLS = env_int("PORTAL_SIMULATED_THROTTLE_BURST_CALLS", 5)
 AWS_EC2_INSTANCE_TYPES = env_list(
     "AWS_EC2_INSTANCE_TYPES",
     "g5.xlarge,g6.xlarge,g6e.xlarge,p4d.24xlarge,p4de.24xlarge,p5.48xlarge,p5e.48xlarge",

@@ -20,6 +20,12 @@ class ProviderError(Exception):
 class ProviderTransientError(ProviderError):
     """Worth retrying with backoff: throttling, a capacity blip, a network fault."""
 
+    @property
+    def outcome_unknown(self) -> bool:
+        """The request was sent and its answer never came (botocore's ReadTimeoutError): it may
+        have taken effect. Any other transient error is a refusal: nothing happened."""
+        return self.code == "ReadTimeoutError"
+
 
 class ProviderPermanentError(ProviderError):
     """Retrying will not help: a bad image, an unknown type, a refused parameter."""

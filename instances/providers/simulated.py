@@ -1,7 +1,8 @@
 """A cloud simulated inside the portal's database, so web and worker processes share it.
 
 Deterministic when seeded (``PORTAL_SIMULATED_SEED``): the same seed and clock give the same
-spot prices, boot delays and interruptions.
+spot prices, boot delays and interruptions, and the n-th host call of a process meets the same
+faults (see ``Faults``).
 """
 
 from __future__ import annotations
@@ -9,15 +10,19 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
+import logging
 import math
+import threading
 import time
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from instances.catalog import image_rows, list_prices, simulated_cloud_rows
@@ -36,6 +41,8 @@ from instances.providers.base import (
     launch_tags,
 )
 
+log = logging.getLogger(__name__)
+
 SPOT_INTERRUPTION_REASON = "Server.SpotInstanceTermination: Spot Instance termination"
 INTERRUPTION_BUCKET = timedelta(minutes=10)
 
@@ -51,6 +58,86 @@ def _unit_hash(*parts: object) -> float:
     return int.from_bytes(digest[:8], "big") / 2**64
 
 
+@dataclass(frozen=True)
+class Faults:
+    """How the simulated cloud misbehaves, the ways EC2 (or a network in front of it) does.
+
+    All off by default. ``reply_latency`` delays every host call's answer *after* the cloud
+    acted, so a worker can die between "the cloud launched it" and "the row recorded it". A
+    lost reply is a launch, stop, start or terminate that takes effect and then times out (a
+    transient error). With ``ignore_client_tokens`` every launch makes a new host, as moto does.
+    A throttling burst refuses ``throttle_burst_calls`` calls in a row with RequestLimitExceeded
+    before they do anything.
+    """
+
+    reply_latency: float = 0.0
+    lost_reply_rate: float = 0.0
+    ignore_client_tokens: bool = False
+    throttle_rate: float = 0.0
+    throttle_burst_calls: int = 5
+
+    @classmethod
+    def from_settings(cls) -> Faults:
+        faults = cls(
+            reply_latency=settings.PORTAL_SIMULATED_REPLY_LATENCY_SECONDS,
+            lost_reply_rate=settings.PORTAL_SIMULATED_LOST_REPLY_RATE,
+            ignore_client_tokens=settings.PORTAL_SIMULATED_IGNORE_CLIENT_TOKENS,
+            throttle_rate=settings.PORTAL_SIMULATED_THROTTLE_RATE,
+            throttle_burst_calls=settings.PORTAL_SIMULATED_THROTTLE_BURST_CALLS,
+        )
+        for name, value in (
+            ("PORTAL_SIMULATED_LOST_REPLY_RATE", faults.lost_reply_rate),
+            ("PORTAL_SIMULATED_THROTTLE_RATE", faults.throttle_rate),
+        ):
+            if not 0 <= value <= 1:
+                raise ImproperlyConfigured(f"{name} is a chance between 0 and 1, not {value}.")
+        if faults.reply_latency < 0:
+            raise ImproperlyConfigured("PORTAL_SIMULATED_REPLY_LATENCY_SECONDS cannot be negative.")
+        if faults.throttle_burst_calls < 1:
+            raise ImproperlyConfigured("PORTAL_SIMULATED_THROTTLE_BURST_CALLS must be at least 1.")
+        return faults
+
+    @property
+    def rolled(self) -> bool:
+        """Whether any fault needs the dice (latency and tokens do not)."""
+        return bool(self.lost_reply_rate or self.throttle_rate)
+
+
+class FaultDice:
+    """Which host call of this process meets which fault.
+
+    One per process, not per provider object: a task builds a new provider each run, and a
+    throttling burst must outlast one task as it outlasts one caller on EC2. The n-th call of
+    a process draws the n-th numbers of the seed, so a process repeats its faults when seeded.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        with self._lock:
+            self.calls = 0
+            self.burst_left = 0
+
+    def roll(self, seed: int, faults: Faults) -> tuple[bool, bool]:
+        """(throttled, reply lost) for the next call."""
+        with self._lock:
+            n = self.calls
+            self.calls += 1
+            if self.burst_left:
+                self.burst_left -= 1
+                throttled = True
+            else:
+                throttled = _unit_hash(seed, "throttle", n) < faults.throttle_rate
+                if throttled:
+                    self.burst_left = faults.throttle_burst_calls - 1
+        return throttled, _unit_hash(seed, "lost-reply", n) < faults.lost_reply_rate
+
+
+FAULT_DICE = FaultDice()
+
+
 class SimulatedProvider(Provider):
     name = "simulated"
 
@@ -60,6 +147,7 @@ class SimulatedProvider(Provider):
         self.boot = timedelta(seconds=settings.PORTAL_SIMULATED_BOOT_SECONDS)
         self.latency = settings.PORTAL_SIMULATED_API_LATENCY_SECONDS
         self.interruptions_per_hour = settings.PORTAL_SIMULATED_INTERRUPTIONS_PER_HOUR
+        self.faults = Faults.from_settings()
 
     def _rows(self) -> list[dict]:
         return simulated_cloud_rows()
@@ -123,11 +211,31 @@ class SimulatedProvider(Provider):
 
     # --- hosts -------------------------------------------------------------------------------
 
-    def _call(self) -> None:
-        """A real cloud answers in tens or hundreds of milliseconds; the chaos tests widen the
-        window in which a worker can die between asking and recording."""
+    def _call(self) -> bool:
+        """The way into every host call: the request's latency, then a throttling burst may
+        refuse it before it does anything. True when this call's reply will be lost."""
         if self.latency:
             time.sleep(self.latency)
+        if not self.faults.rolled:
+            return False
+        throttled, lost = FAULT_DICE.roll(self.seed, self.faults)
+        if throttled:
+            log.info("simulated cloud fault: call throttled (RequestLimitExceeded)")
+            raise ProviderTransientError("Request limit exceeded.", code="RequestLimitExceeded")
+        return lost
+
+    def _reply(self, lost: bool, result):
+        """The way out of every host call, after the cloud acted: a slow reply, or none at all
+        (the caller sees a timeout, as botocore's ReadTimeoutError, though the call took effect)."""
+        if self.faults.reply_latency:
+            time.sleep(self.faults.reply_latency)
+        if lost:
+            log.info("simulated cloud fault: reply lost after the call took effect")
+            raise ProviderTransientError(
+                f'Read timeout on endpoint URL: "https://ec2.{self.region}.amazonaws.com/"',
+                code="ReadTimeoutError",
+            )
+        return result
 
     @staticmethod
     def _digest(request: LaunchRequest) -> str:
@@ -221,12 +329,17 @@ class SimulatedProvider(Provider):
         )
 
     def launch(self, request: LaunchRequest) -> CloudHost:
-        self._call()
+        lost = self._call()
+        return self._reply(lost, self._launch(request))
+
+    def _launch(self, request: LaunchRequest) -> CloudHost:
         request = replace(request, tags=launch_tags(request))
         digest = self._digest(request)
-        existing = SimulatedHost.objects.filter(client_token=request.client_token).first()
-        if existing is not None:
-            return self._same_token(existing, digest)
+        honour = not self.faults.ignore_client_tokens
+        if honour:
+            existing = SimulatedHost.objects.filter(client_token=request.client_token).first()
+            if existing is not None:
+                return self._same_token(existing, digest)
         offer = {row["name"]: row for row in self._rows()}.get(request.instance_type)
         if offer is None or self.region not in offer["regions"]:
             raise ProviderPermanentError(
@@ -260,35 +373,55 @@ class SimulatedProvider(Provider):
                 f"We currently do not have sufficient {request.instance_type} capacity.",
                 code="InsufficientInstanceCapacity",
             )
+        for _ in range(8):
+            key = request.client_token if honour else self._unused_key(request.client_token)
+            try:
+                return self._host(self._create(request, key=key, digest=digest))
+            except IntegrityError:
+                if honour:
+                    # Another call with the same token won the race: answer as EC2 does, with
+                    # its host.
+                    existing = SimulatedHost.objects.get(client_token=request.client_token)
+                    return self._same_token(existing, digest)
+                # A concurrent launch under the same ignored token took this key: the next one.
+        raise ProviderTransientError(
+            "The launch collided with others; try again.", code="InternalError"
+        )
+
+    @staticmethod
+    def _unused_key(token: str) -> str:
+        """The cloud's key for one more host under a token it does not honour: the token itself
+        the first time, then numbered (the key is unique, like the cloud id made from it)."""
+        prefix = f"{token[:48]}~"
+        launched = SimulatedHost.objects.filter(
+            Q(client_token=token) | Q(client_token__startswith=prefix)
+        ).count()
+        return token if not launched else f"{prefix}{launched}"
+
+    def _create(self, request: LaunchRequest, *, key: str, digest: str) -> SimulatedHost:
         now = timezone.now()
-        cloud_id = "i-" + hashlib.sha256(request.client_token.encode()).hexdigest()[:17]
+        cloud_id = "i-" + hashlib.sha256(key.encode()).hexdigest()[:17]
         settles = now + self.boot if self.boot else None
-        try:
-            with transaction.atomic():
-                row = SimulatedHost.objects.create(
-                    cloud_id=cloud_id,
-                    client_token=request.client_token,
-                    params_digest=digest,
-                    portal_instance=request.tags.get(TAG_INSTANCE, ""),
-                    tags=request.tags,
-                    instance_type=request.instance_type,
-                    image_id=request.image_id,
-                    market=request.market,
-                    max_spot_price=request.max_spot_price,
-                    region=self.region,
-                    availability_zone=f"{self.region}a",
-                    private_ip=self._address("10.20.0.0/16", cloud_id),
-                    public_ip=self._address("198.51.100.0/24", cloud_id),
-                    state=SimulatedHost.State.PENDING if settles else SimulatedHost.State.RUNNING,
-                    state_changed_at=now,
-                    settles_at=settles,
-                    launched_at=now,
-                )
-        except IntegrityError:
-            # Another call with the same token won the race: answer as EC2 does, with its host.
-            existing = SimulatedHost.objects.get(client_token=request.client_token)
-            return self._same_token(existing, digest)
-        return self._host(row)
+        with transaction.atomic():
+            return SimulatedHost.objects.create(
+                cloud_id=cloud_id,
+                client_token=key,
+                params_digest=digest,
+                portal_instance=request.tags.get(TAG_INSTANCE, ""),
+                tags=request.tags,
+                instance_type=request.instance_type,
+                image_id=request.image_id,
+                market=request.market,
+                max_spot_price=request.max_spot_price,
+                region=self.region,
+                availability_zone=f"{self.region}a",
+                private_ip=self._address("10.20.0.0/16", cloud_id),
+                public_ip=self._address("198.51.100.0/24", cloud_id),
+                state=SimulatedHost.State.PENDING if settles else SimulatedHost.State.RUNNING,
+                state_changed_at=now,
+                settles_at=settles,
+                launched_at=now,
+            )
 
     def _same_token(self, existing: SimulatedHost, digest: str) -> CloudHost:
         if existing.params_digest != digest:
@@ -299,9 +432,9 @@ class SimulatedProvider(Provider):
         return self._host(self._settle(existing))
 
     def describe(self, cloud_ids: Iterable[str]) -> dict[str, CloudHost]:
-        self._call()
+        self._call()  # a read: a lost reply is only a slow one
         rows = SimulatedHost.objects.filter(cloud_id__in=list(cloud_ids))
-        return {row.cloud_id: self._host(self._settle(row)) for row in rows}
+        return self._reply(False, {row.cloud_id: self._host(self._settle(row)) for row in rows})
 
     def find_tagged(self, instance_uuid: str | None = None) -> list[CloudHost]:
         self._call()
@@ -316,7 +449,7 @@ class SimulatedProvider(Provider):
         if instance_uuid is not None:
             rows = rows.filter(portal_instance=instance_uuid)
         hosts = [self._host(self._settle(row)) for row in rows]
-        return [host for host in hosts if host.state not in CloudState.GONE]
+        return self._reply(False, [host for host in hosts if host.state not in CloudState.GONE])
 
     def _get(self, cloud_id: str) -> SimulatedHost:
         row = SimulatedHost.objects.filter(cloud_id=cloud_id).first()
@@ -349,7 +482,10 @@ class SimulatedProvider(Provider):
             )
 
     def start(self, cloud_id: str) -> CloudHost:
-        self._call()
+        lost = self._call()
+        return self._reply(lost, self._start(cloud_id))
+
+    def _start(self, cloud_id: str) -> CloudHost:
         row = self._get(cloud_id)
         self._refuse_if_gone(row, "started")
         if row.state == SimulatedHost.State.STOPPED:
@@ -359,7 +495,10 @@ class SimulatedProvider(Provider):
         return self._host(row)
 
     def stop(self, cloud_id: str) -> CloudHost:
-        self._call()
+        lost = self._call()
+        return self._reply(lost, self._stop(cloud_id))
+
+    def _stop(self, cloud_id: str) -> CloudHost:
         row = self._get(cloud_id)
         if row.market == "spot":
             raise ProviderPermanentError(
@@ -374,7 +513,10 @@ class SimulatedProvider(Provider):
         return self._host(row)
 
     def terminate(self, cloud_id: str) -> CloudHost | None:
-        self._call()
+        lost = self._call()
+        return self._reply(lost, self._terminate(cloud_id))
+
+    def _terminate(self, cloud_id: str) -> CloudHost | None:
         row = SimulatedHost.objects.filter(cloud_id=cloud_id).first()
         if row is None:
             return None
@@ -389,6 +531,10 @@ class SimulatedProvider(Provider):
         return self._host(row)
 
     # --- chaos: the cloud acting behind the portal's back ------------------------------------
+
+    def console_hosts(self) -> list[CloudHost]:
+        """Every host, as the cloud's own console lists them: no API faults on this side."""
+        return [self._host(self._settle(row)) for row in SimulatedHost.objects.all()]
 
     def _end(self, row: SimulatedHost, reason: str) -> CloudHost:
         if row.state != SimulatedHost.State.TERMINATED:

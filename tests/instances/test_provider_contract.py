@@ -82,14 +82,24 @@ def boot_seconds() -> int:
     return 6
 
 
-@pytest.fixture(params=["simulated", "ec2"])
+@pytest.fixture(params=["simulated", "simulated-slow-replies", "ec2"])
 def provider(request, settings, db, boot_seconds) -> Provider:
     settings.PORTAL_REGION = REGION
-    if request.param == "simulated":
+    if request.param.startswith("simulated"):
         settings.PORTAL_SIMULATED_BOOT_SECONDS = boot_seconds
         settings.PORTAL_SIMULATED_API_LATENCY_SECONDS = 0
         settings.PORTAL_SIMULATED_INTERRUPTIONS_PER_HOUR = 0
-        return SimulatedProvider()
+        # The faults that break no promise: a reply that comes late, after the cloud acted.
+        # (Lost replies, throttling and ignored tokens break the contract on purpose; their
+        # tests are in test_chaos.py.)
+        slow = request.param == "simulated-slow-replies"
+        settings.PORTAL_SIMULATED_REPLY_LATENCY_SECONDS = 0.005 if slow else 0
+        settings.PORTAL_SIMULATED_LOST_REPLY_RATE = 0
+        settings.PORTAL_SIMULATED_IGNORE_CLIENT_TOKENS = False
+        settings.PORTAL_SIMULATED_THROTTLE_RATE = 0
+        provider = SimulatedProvider()
+        assert provider.faults.reply_latency == (0.005 if slow else 0)
+        return provider
     request.getfixturevalue("moto_ec2")
     ec2 = EC2Provider()
     HonourClientTokens(ec2.client)
@@ -103,24 +113,24 @@ def image_id(request, provider) -> str:
     return image_rows()[0]["provider_image_ids"][REGION]
 
 
+def a_launch_request(image_id: str, **changes) -> LaunchRequest:
+    """A request as the provisioner builds it: a fresh instance, its token and its tags."""
+    instance_uuid = str(uuid.uuid4())
+    request = LaunchRequest(
+        client_token=f"portal-{instance_uuid}",
+        instance_uuid=instance_uuid,
+        instance_type="g5.xlarge",
+        image_id=image_id,
+        market="on_demand",
+        ssh_public_key=SSH_KEY,
+        tags={TAG_INSTANCE: instance_uuid, TAG_PROJECT: "vision-lab", TAG_OWNER: "alice"},
+    )
+    return dataclasses.replace(request, **changes)
+
+
 @pytest.fixture
 def launch_request(image_id):
-    """A request as the provisioner builds it: a fresh instance, its token and its tags."""
-
-    def build(**changes) -> LaunchRequest:
-        instance_uuid = str(uuid.uuid4())
-        request = LaunchRequest(
-            client_token=f"portal-{instance_uuid}",
-            instance_uuid=instance_uuid,
-            instance_type="g5.xlarge",
-            image_id=image_id,
-            market="on_demand",
-            ssh_public_key=SSH_KEY,
-            tags={TAG_INSTANCE: instance_uuid, TAG_PROJECT: "vision-lab", TAG_OWNER: "alice"},
-        )
-        return dataclasses.replace(request, **changes)
-
-    return build
+    return lambda **changes: a_launch_request(**{"image_id": image_id, **changes})
 
 
 def settle(provider: Provider, cloud_id: str, state: str) -> CloudHost:

@@ -8,6 +8,8 @@ neighbouring deployment, a refusing cloud or a lost task from doing harm.
    deployment's hosts (staging and production may share a cloud account).
 4. A stop or start the cloud refuses for good puts the host back where it is, and says why.
 5. Reconcile sends lost work again a bounded number of times, then fails the launch with a reason.
+6. A second live host tagged with a live row's id is a known duplicate: reconcile ends it at the
+   next pass, without the orphan grace, and says so on the row's timeline.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from celery.exceptions import Retry
 from django.db import close_old_connections, connection
 from django.db.models import F
 from django.test import Client
@@ -32,6 +35,7 @@ from instances.providers.base import (
     TAG_PROJECT,
     LaunchRequest,
     ProviderPermanentError,
+    ProviderTransientError,
 )
 from instances.providers.simulated import SimulatedProvider
 from portal.errors import Conflict
@@ -390,3 +394,201 @@ def test_a_stop_nobody_carries_out_is_handed_to_the_admins_once(
     subject = f"No worker carried out the stop of host {str(instance.pk)[:8]}"
     told = Notice.objects.filter(subject=subject).values_list("user__username", flat=True)
     assert sorted(told) == ["ada", "alice"]
+
+
+# --- 6. a second host of one instance is ended at the next pass --------------------------------
+
+
+def second_host(instance: Instance, settings, *, seconds_ago: int = 0) -> SimulatedHost:
+    """What a cloud that ignores the ClientToken (moto) makes when two workers launch for one
+    instance: another host with the same tags, launched ``seconds_ago``."""
+    settings.PORTAL_SIMULATED_IGNORE_CLIENT_TOKENS = True
+    try:
+        host = SimulatedProvider().launch(services.launch_request(instance))
+    finally:
+        settings.PORTAL_SIMULATED_IGNORE_CLIENT_TOKENS = False
+    SimulatedHost.objects.filter(cloud_id=host.cloud_id).update(
+        launched_at=timezone.now() - timedelta(seconds=seconds_ago)
+    )
+    return SimulatedHost.objects.get(cloud_id=host.cloud_id)
+
+
+def cloud_state(cloud_id: str) -> str:
+    return SimulatedHost.objects.get(cloud_id=cloud_id).state
+
+
+def test_a_duplicate_younger_than_the_orphan_grace_is_terminated_at_the_next_pass(
+    running_host, settings
+):
+    settings.PORTAL_ORPHAN_GRACE_SECONDS = 300
+    instance = running_host()
+    double = second_host(instance, settings, seconds_ago=5)
+
+    report = services.reconcile()
+
+    assert report.doubles_terminated == [double.cloud_id]
+    assert report.orphans_terminated == [] and report.adopted == []
+    assert cloud_state(double.cloud_id) in ("shutting-down", "terminated")
+    assert cloud_state(instance.cloud_id) == "running"
+    instance.refresh_from_db()
+    assert instance.status == S.RUNNING
+    note = instance.events.get(reason__startswith="terminated duplicate")
+    assert note.reason == (
+        f"terminated duplicate host {double.cloud_id} (this host is {instance.cloud_id})"
+    )
+    assert note.actor == "system:reconcile"
+    assert services.reconcile().doubles_terminated == []  # once
+
+
+def test_a_launch_in_flight_with_two_hosts_adopts_the_earliest_and_ends_the_other(
+    place_order, alice, settings, monkeypatch
+):
+    settings.PORTAL_ORPHAN_GRACE_SECONDS = 300
+    instance = place_order(alice).instances.get()
+    services.instance_transition(instance=instance, to=S.PROVISIONING, reason="x", actor="t")
+    made = [second_host(instance, settings) for _ in range(3)]
+    # The earliest launched has the largest id, and the cloud lists it last: the choice is by
+    # launch time, not by id or listing order.
+    hosts = sorted(made, key=lambda h: h.cloud_id, reverse=True)
+    for ago, host in zip((30, 20, 10), hosts, strict=True):
+        SimulatedHost.objects.filter(pk=host.pk).update(
+            launched_at=timezone.now() - timedelta(seconds=ago)
+        )
+    earliest = hosts[0]
+    real_find = SimulatedProvider.find_tagged
+    monkeypatch.setattr(
+        SimulatedProvider,
+        "find_tagged",
+        lambda self, instance_uuid=None: real_find(self, instance_uuid)[::-1],
+    )
+
+    report = services.reconcile()
+
+    assert report.adopted == [earliest.cloud_id]
+    assert sorted(report.doubles_terminated) == sorted(h.cloud_id for h in hosts[1:])
+    instance.refresh_from_db()
+    assert (instance.cloud_id, instance.status) == (earliest.cloud_id, S.RUNNING)
+    assert [cloud_state(h.cloud_id) for h in hosts] == ["running", "terminated", "terminated"]
+    reasons = list(instance.events.order_by("pk").values_list("reason", flat=True))
+    assert f"adopted cloud host {earliest.cloud_id}" in reasons
+    assert sum(r.startswith("terminated duplicate host") for r in reasons) == 2
+    # The provisioner, run late for the same instance, keeps the host reconcile chose.
+    assert services.instance_provision(instance_id=instance.pk).cloud_id == earliest.cloud_id
+
+
+def test_a_host_legitimately_adopted_is_kept(place_order, alice, settings):
+    settings.PORTAL_ORPHAN_GRACE_SECONDS = 300
+    instance = place_order(alice).instances.get()
+    services.instance_transition(instance=instance, to=S.PROVISIONING, reason="x", actor="t")
+    only = second_host(instance, settings, seconds_ago=1)  # the worker died before recording
+
+    first, second = services.reconcile(), services.reconcile()
+
+    assert first.adopted == [only.cloud_id] and first.doubles_terminated == []
+    assert second.actions() == 0
+    assert cloud_state(only.cloud_id) == "running"
+    instance.refresh_from_db()
+    assert (instance.cloud_id, instance.status) == (only.cloud_id, S.RUNNING)
+
+
+def test_a_host_a_worker_records_during_the_pass_is_the_one_kept(
+    place_order, alice, settings, monkeypatch
+):
+    """Reconcile listed two hosts of a row with none recorded; just before it adopts the
+    earlier, a worker records the later one. The row keeps the worker's host, and the earlier
+    one is the double."""
+    instance = place_order(alice).instances.get()
+    services.instance_transition(instance=instance, to=S.PROVISIONING, reason="x", actor="t")
+    earlier = second_host(instance, settings, seconds_ago=20)
+    workers = second_host(instance, settings, seconds_ago=10)
+    real_record = services._record_host
+
+    def worker_records_first(row, host):
+        Instance.objects.filter(pk=row.pk, cloud_id__isnull=True).update(cloud_id=workers.cloud_id)
+        return real_record(row, host)
+
+    monkeypatch.setattr(services, "_record_host", worker_records_first)
+    report = services.reconcile()
+
+    assert report.adopted == []
+    assert report.doubles_terminated == [earlier.cloud_id]
+    assert cloud_state(workers.cloud_id) == "running"
+    assert Instance.objects.get(pk=instance.pk).cloud_id == workers.cloud_id
+
+
+def test_reconcile_never_ends_another_deployments_host_with_our_instance_tag(
+    running_host, settings, monkeypatch
+):
+    """Even from a cloud whose listing ignored the deployment filter."""
+    instance = running_host()
+    theirs = launch_as("staging", settings, instance_uuid=str(instance.pk))
+    real_find = SimulatedProvider.find_tagged
+
+    def unfiltered(self, instance_uuid=None):
+        ours = settings.PORTAL_DEPLOYMENT
+        hosts = real_find(self, instance_uuid)
+        settings.PORTAL_DEPLOYMENT = "staging"
+        try:
+            return hosts + real_find(self, instance_uuid)
+        finally:
+            settings.PORTAL_DEPLOYMENT = ours
+
+    monkeypatch.setattr(SimulatedProvider, "find_tagged", unfiltered)
+    report = services.reconcile()
+
+    assert report.doubles_terminated == [] and report.orphans_terminated == []
+    assert cloud_state(theirs.cloud_id) == "running"
+    assert cloud_state(instance.cloud_id) == "running"
+
+
+def test_a_throttled_terminate_of_a_duplicate_is_tried_again_at_the_next_pass(
+    running_host, settings, monkeypatch
+):
+    instance = running_host()
+    double = second_host(instance, settings)
+    real_terminate = SimulatedProvider.terminate
+
+    def throttled(self, cloud_id):
+        raise ProviderTransientError("Request limit exceeded.", code="RequestLimitExceeded")
+
+    monkeypatch.setattr(SimulatedProvider, "terminate", throttled)
+    report = services.reconcile()
+    assert report.deferred == [double.cloud_id] and report.doubles_terminated == []
+    assert cloud_state(double.cloud_id) == "running"
+    assert not instance.events.filter(reason__startswith="terminated duplicate").exists()
+    # The beat task asks for a sooner pass than beat's next.
+    with pytest.raises(Retry) as retry:
+        tasks.reconcile.apply(throw=True)
+    assert isinstance(retry.value.exc, ProviderTransientError)
+
+    monkeypatch.setattr(SimulatedProvider, "terminate", real_terminate)
+    report = services.reconcile()
+    assert report.doubles_terminated == [double.cloud_id] and report.deferred == []
+    assert cloud_state(double.cloud_id) == "terminated"
+
+
+@pytest.mark.parametrize("check", ["answered", "throttled"])
+def test_a_terminate_whose_reply_is_lost_still_ends_the_duplicate_once(
+    running_host, settings, monkeypatch, check
+):
+    """The terminate took effect and its reply was lost; the host, shutting down, will not be
+    listed again, so this pass is the one to record it, whether or not the cloud answers the
+    check that follows."""
+    instance = running_host()
+    double = second_host(instance, settings)
+    settings.PORTAL_SIMULATED_LOST_REPLY_RATE = 1.0
+    if check == "throttled":
+        real_describe = SimulatedProvider.describe
+
+        def describe(self, cloud_ids):
+            if double.cloud_id in cloud_ids and cloud_state(double.cloud_id) != "running":
+                raise ProviderTransientError("Request limit exceeded.", code="RequestLimitExceeded")
+            return real_describe(self, cloud_ids)
+
+        monkeypatch.setattr(SimulatedProvider, "describe", describe)
+
+    report = services.reconcile()
+
+    assert report.doubles_terminated == [double.cloud_id] and report.deferred == []
+    assert cloud_state(double.cloud_id) == "terminated"
+    assert instance.events.filter(reason__startswith="terminated duplicate").count() == 1

@@ -1,32 +1,37 @@
-"""Act as the simulated cloud behind the portal's back: interrupt spot hosts, kill hosts, list."""
+"""Act as the simulated cloud behind the portal's back: interrupt spot hosts, kill hosts, list
+them, and show which faults the cloud's API is set to have."""
 
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
 from audit.services import audit_record_system
-from instances.models import Instance, SimulatedHost
+from instances.models import Instance
 from instances.providers.base import ProviderError
-from instances.providers.simulated import SimulatedProvider
+from instances.providers.simulated import Faults, SimulatedProvider
 
 
 class Command(BaseCommand):
     help = (
         "The simulated cloud's console. `interrupt HOST` takes a spot host back as EC2 does; "
-        "`terminate HOST` ends any host without telling the portal; `list` shows every host. "
+        "`terminate HOST` ends any host without telling the portal; `list` shows every host; "
+        "`faults` shows how the cloud's API is set to misbehave (PORTAL_SIMULATED_* settings). "
         "HOST is a cloud id (i-...) or a portal instance id. The portal notices on its next "
         "reconcile pass."
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("action", choices=["interrupt", "terminate", "list"])
+        parser.add_argument("action", choices=["interrupt", "terminate", "list", "faults"])
         parser.add_argument("hosts", nargs="*", help="cloud ids or portal instance ids")
 
     def handle(self, *args, action: str, hosts: list[str], **options):
         provider = SimulatedProvider()
+        if action == "faults":
+            self._faults(provider.faults)
+            return
         if action == "list":
-            for row in SimulatedHost.objects.all():
-                host = provider.describe([row.cloud_id])[row.cloud_id]
+            # The console, not the API: a throttled or slow API must not hide the hosts.
+            for host in provider.console_hosts():
                 self.stdout.write(
                     f"{host.cloud_id}  {host.state:<13} {host.instance_type:<18} "
                     f"{host.market:<9} {host.instance_uuid}"
@@ -52,6 +57,20 @@ class Command(BaseCommand):
                 summary={"state": host.state, "reason": host.state_reason},
             )
             self.stdout.write(f"{host.cloud_id}: {host.state} ({host.state_reason})")
+
+    def _faults(self, faults: Faults) -> None:
+        lines = [
+            ("reply latency after the cloud acted", f"{faults.reply_latency:g} s"),
+            ("replies lost after the call took effect", f"{faults.lost_reply_rate:.0%}"),
+            ("client tokens", "ignored" if faults.ignore_client_tokens else "honoured"),
+            (
+                "throttling bursts",
+                f"{faults.throttle_rate:.0%} of calls start one of "
+                f"{faults.throttle_burst_calls} calls",
+            ),
+        ]
+        for name, value in lines:
+            self.stdout.write(f"{name:<42} {value}")
 
     @staticmethod
     def _cloud_id(name: str) -> str:

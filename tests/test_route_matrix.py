@@ -119,6 +119,9 @@ AUTHORIZATION_BEFORE_STATE: list[tuple[tuple, tuple[int, ...]]] = [
     (("approval-decide:approve", "placed", {}, {}), (403, 403, 404, 302, 403, 302)),
 ]
 
+# Every answer, whatever its status, carries these (portal/csp.py, settings).
+SECURITY_HEADERS = ("Content-Security-Policy", "Permissions-Policy")
+
 # Routes this test leaves to others, and why.
 NOT_HERE = {
     "login": "public by design; tests/portal/test_login.py",
@@ -285,6 +288,9 @@ def test_each_route_answers_each_persona_as_the_table_says(world):
                 else:
                     response = getattr(clients[persona], method.lower())(path, body)
                 got.append(response.status_code)
+                missing = [h for h in SECURITY_HEADERS if h not in response]
+                if missing:
+                    mismatches.append(f"{method} {name} as {persona}: no {missing}")
                 transaction.set_rollback(True)
         if tuple(got) != EXPECTED[(name, method)]:
             mismatches.append(
@@ -322,7 +328,5 @@ def test_who_may_act_is_answered_before_what_the_object_allows(world):
                     mismatches.append(f"{persona} {route} on {target}: {response.content[:200]}")
                 transaction.set_rollback(True)
         if tuple(got) != expected:
-            mismatches.append(
-                f"POST {route} on {target}: expected {expected}, got {tuple(got)}"
-            )
+            mismatches.append(f"POST {route} on {target}: expected {expected}, got {tuple(got)}")
     assert not mismatches, "\n".join(mismatches)

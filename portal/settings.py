@@ -412,12 +412,23 @@ PORTAL_AUDIT_PATH_PREFIXES = ["/api/", "/admin/", "/audit/"]
 PORTAL_AUDIT_QUIET_PATHS = ["/admin/jsi18n/"]
 # Signs the chain's checkpoints (HMAC-SHA256). Not SECRET_KEY: rotating one must not touch
 # the other, and whoever can read one need not be able to forge the other.
+AUDIT_SIGNING_KEY_MIN_BYTES = 32
 if DEBUG:
     PORTAL_AUDIT_SIGNING_KEY = (
         env_str("PORTAL_AUDIT_SIGNING_KEY") or "dev-only-audit-signing-key-never-use-in-production"
     )
 else:
     PORTAL_AUDIT_SIGNING_KEY = env_required("PORTAL_AUDIT_SIGNING_KEY", when="when DJANGO_DEBUG=0")
+    # HMAC-SHA256 takes any key, but a short one can be guessed, and with it every checkpoint
+    # forged: refuse to start rather than sign with it. 32 bytes is SHA-256's own output size.
+    if len(PORTAL_AUDIT_SIGNING_KEY.encode("utf-8")) < AUDIT_SIGNING_KEY_MIN_BYTES:
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured(
+            f"PORTAL_AUDIT_SIGNING_KEY is {len(PORTAL_AUDIT_SIGNING_KEY.encode('utf-8'))} bytes; "
+            f"it must be at least {AUDIT_SIGNING_KEY_MIN_BYTES} bytes when DJANGO_DEBUG=0. "
+            "Make one with: python3 -c 'import secrets; print(secrets.token_urlsafe(50))'"
+        )
 PORTAL_AUDIT_SEAL_SECONDS = env_int("PORTAL_AUDIT_SEAL_SECONDS", 300)
 PORTAL_AUDIT_RETENTION_DAYS = env_int("PORTAL_AUDIT_RETENTION_DAYS", 400)
 PORTAL_AUDIT_S3_BUCKET = env_str("PORTAL_AUDIT_S3_BUCKET")

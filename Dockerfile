@@ -15,7 +15,8 @@ COPY audit ./audit
 RUN pip install --no-cache-dir .
 COPY . .
 COPY --from=assets /build/node_modules ./node_modules
-RUN DJANGO_DEBUG=0 DJANGO_SECRET_KEY=collectstatic-only PORTAL_AUDIT_SIGNING_KEY=collectstatic-only \
+RUN DJANGO_DEBUG=0 DJANGO_SECRET_KEY=collectstatic-only \
+    PORTAL_AUDIT_SIGNING_KEY=collectstatic-only-never-signs-anything \
     python manage.py collectstatic --noinput \
     && useradd --create-home portal && mkdir -p var && chown -R portal var
 USER portal

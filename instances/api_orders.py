@@ -301,26 +301,28 @@ class OrderViewSet(
             headers["Idempotent-Replayed"] = "true"
         return Response(body, status=status.HTTP_201_CREATED, headers=headers)
 
+    def _decision(self, request) -> tuple[Order, str]:
+        """The order (404 if unseen), then who may decide it (403), then the body (400)."""
+        order = self.get_object()
+        services.order_require_decider(order=order, user=request.user)
+        decision = DecisionSerializer(data=request.data)
+        decision.is_valid(raise_exception=True)
+        return order, decision.validated_data["reason"]
+
     @extend_schema(request=DecisionSerializer, responses=OrderSerializer)
     @action(detail=True, methods=["post"])
     def approve(self, request, pk=None):
         """Approve an order waiting for approval (admins and the project's managers)."""
-        decision = DecisionSerializer(data=request.data)
-        decision.is_valid(raise_exception=True)
-        order = services.order_approve(
-            order=self.get_object(), user=request.user, reason=decision.validated_data["reason"]
-        )
+        order, reason = self._decision(request)
+        order = services.order_approve(order=order, user=request.user, reason=reason)
         return Response(OrderSerializer(self.get_queryset().get(pk=order.pk)).data)
 
     @extend_schema(request=DecisionSerializer, responses=OrderSerializer)
     @action(detail=True, methods=["post"])
     def reject(self, request, pk=None):
         """Reject an order waiting for approval; the reason goes to the requester."""
-        decision = DecisionSerializer(data=request.data)
-        decision.is_valid(raise_exception=True)
-        order = services.order_reject(
-            order=self.get_object(), user=request.user, reason=decision.validated_data["reason"]
-        )
+        order, reason = self._decision(request)
+        order = services.order_reject(order=order, user=request.user, reason=reason)
         return Response(OrderSerializer(self.get_queryset().get(pk=order.pk)).data)
 
     @extend_schema(parameters=[EstimateQuerySerializer], responses=EstimateSerializer)

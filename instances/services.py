@@ -7,6 +7,7 @@ import hashlib
 import json
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -612,10 +613,16 @@ def _lock_undecided(order: Order) -> Order:
     return row
 
 
-def order_approve(*, order: Order, user: User, reason: str = "") -> Order:
-    """Approve a waiting order: the checks run again under the lock, then it provisions."""
+def order_require_decider(*, order: Order, user: User) -> None:
+    """Refuse (403) anyone who may not decide this order, before anything about the order's
+    state or the decision's wording is looked at: those answers are for deciders only."""
     if not can_decide(user, order):
         raise Forbidden("Only an admin or a manager of the project (not the requester) decides.")
+
+
+def order_approve(*, order: Order, user: User, reason: str = "") -> Order:
+    """Approve a waiting order: the checks run again under the lock, then it provisions."""
+    order_require_decider(order=order, user=user)
     with transaction.atomic():
         order = _lock_undecided(order)
         _admit(order_request_of(order))
@@ -641,8 +648,7 @@ def order_approve(*, order: Order, user: User, reason: str = "") -> Order:
 
 
 def order_reject(*, order: Order, user: User, reason: str) -> Order:
-    if not can_decide(user, order):
-        raise Forbidden("Only an admin or a manager of the project (not the requester) decides.")
+    order_require_decider(order=order, user=user)
     reason = (reason or "").strip()
     if not reason:
         raise ValidationError(
@@ -868,9 +874,14 @@ def _request_action(
     verb: str,
     done: str,
     task,
+    host_allows: Callable[[Instance], None] | None = None,
 ) -> Instance:
+    # Who may act is answered before what the host allows: someone who may not touch the host
+    # hears 403, never a 409 that describes a host that is not theirs to change.
     if not instance_can_act(user, instance):
         raise Forbidden(f"You can see this host but not {verb} it; ask its owner.")
+    if host_allows is not None:
+        host_allows(instance)
     with transaction.atomic():
         row = Instance.objects.select_for_update().get(pk=instance.pk)
         if row.status == to:
@@ -891,15 +902,18 @@ def _request_action(
     return row
 
 
-def instance_request_stop(*, instance: Instance, user: User) -> Instance:
-    from instances import tasks
-
+def _stoppable(instance: Instance) -> None:
     if instance.market == Market.SPOT:
         raise Conflict(
             "Spot hosts cannot be stopped, only terminated (the cloud would not give the "
             "capacity back).",
             code="spot_cannot_stop",
         )
+
+
+def instance_request_stop(*, instance: Instance, user: User) -> Instance:
+    from instances import tasks
+
     return _request_action(
         instance=instance,
         user=user,
@@ -908,6 +922,7 @@ def instance_request_stop(*, instance: Instance, user: User) -> Instance:
         verb="stop",
         done="stopped",
         task=tasks.stop_instance,
+        host_allows=_stoppable,
     )
 
 

@@ -12,6 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from csp.constants import NONE, SELF
 
 from portal.env import env_bool, env_float, env_int, env_list, env_required, env_str
 
@@ -41,6 +42,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_celery_beat",
     "axes",
+    "csp",
     "audit",
     "portal",
     "instances",
@@ -48,6 +50,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost after audit, so every answer of the middleware below carries both headers.
+    "portal.csp.CSPMiddleware",
+    "django_permissions_policy.PermissionsPolicyMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -167,6 +172,61 @@ SECURE_HSTS_INCLUDE_SUBDOMAINS = True
 SECURE_HSTS_PRELOAD = True
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
+
+# Content-Security-Policy (django-csp) on every answer: scripts, styles, images, fetches, forms
+# and the base URL come from this origin only; no inline script, inline <style> or style=""
+# attribute runs, nothing evals a string, no page can be framed. Pages keep their behaviour in
+# static/js and their looks in static/css; htmx and Chart.js are served from static files.
+# Scoped exceptions (the API's browsable pages) are in portal/csp.py; in DEBUG, django-csp
+# leaves Django's own 404 and 500 debug pages alone (they are inline HTML).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF, "data:"],
+        "font-src": [SELF],
+        "connect-src": [SELF],
+        "frame-ancestors": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "object-src": [NONE],
+    }
+}
+# Permissions-Policy (django-permissions-policy): the portal uses no device or sensor, so no
+# page, and no frame in it, may ask for one. Copying the SSH command needs clipboard-write.
+PERMISSIONS_POLICY: dict[str, list[str]] = {
+    feature: []
+    for feature in (
+        "accelerometer",
+        "ambient-light-sensor",
+        "autoplay",
+        "bluetooth",
+        "browsing-topics",
+        "camera",
+        "display-capture",
+        "encrypted-media",
+        "fullscreen",
+        "geolocation",
+        "gyroscope",
+        "hid",
+        "idle-detection",
+        "local-fonts",
+        "magnetometer",
+        "microphone",
+        "midi",
+        "otp-credentials",
+        "payment",
+        "picture-in-picture",
+        "publickey-credentials-get",
+        "screen-wake-lock",
+        "serial",
+        "usb",
+        "window-management",
+        "xr-spatial-tracking",
+    )
+}
+PERMISSIONS_POLICY["clipboard-write"] = ["self"]
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_AGE = 12 * 3600
 
@@ -202,6 +262,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Swagger UI would fetch a validator badge from another origin (refused by the CSP).
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
     "ENUM_NAME_OVERRIDES": {
         "InstanceStatusEnum": "instances.models.Instance.Status",
         "OrderStatusEnum": "instances.models.Order.Status",
@@ -359,12 +421,23 @@ PORTAL_AUDIT_PATH_PREFIXES = ["/api/", "/admin/", "/audit/"]
 PORTAL_AUDIT_QUIET_PATHS = ["/admin/jsi18n/"]
 # Signs the chain's checkpoints (HMAC-SHA256). Not SECRET_KEY: rotating one must not touch
 # the other, and whoever can read one need not be able to forge the other.
+AUDIT_SIGNING_KEY_MIN_BYTES = 32
 if DEBUG:
     PORTAL_AUDIT_SIGNING_KEY = (
         env_str("PORTAL_AUDIT_SIGNING_KEY") or "dev-only-audit-signing-key-never-use-in-production"
     )
 else:
     PORTAL_AUDIT_SIGNING_KEY = env_required("PORTAL_AUDIT_SIGNING_KEY", when="when DJANGO_DEBUG=0")
+    # HMAC-SHA256 takes any key, but a short one can be guessed, and with it every checkpoint
+    # forged: refuse to start rather than sign with it. 32 bytes is SHA-256's own output size.
+    if len(PORTAL_AUDIT_SIGNING_KEY.encode("utf-8")) < AUDIT_SIGNING_KEY_MIN_BYTES:
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured(
+            f"PORTAL_AUDIT_SIGNING_KEY is {len(PORTAL_AUDIT_SIGNING_KEY.encode('utf-8'))} bytes; "
+            f"it must be at least {AUDIT_SIGNING_KEY_MIN_BYTES} bytes when DJANGO_DEBUG=0. "
+            "Make one with: python3 -c 'import secrets; print(secrets.token_urlsafe(50))'"
+        )
 PORTAL_AUDIT_SEAL_SECONDS = env_int("PORTAL_AUDIT_SEAL_SECONDS", 300)
 PORTAL_AUDIT_RETENTION_DAYS = env_int("PORTAL_AUDIT_RETENTION_DAYS", 400)
 PORTAL_AUDIT_S3_BUCKET = env_str("PORTAL_AUDIT_S3_BUCKET")

@@ -95,6 +95,33 @@ EXPECTED: dict[tuple[str, str], tuple[int, ...]] = {
     ("token-detail", "DELETE"): (204, 404, 404, 404, 404, 401),
 }
 
+# Who may act is answered before what the object allows. Each row: (route name[:verb], which of
+# alice's objects, in a state that refuses the action, POST body, headers) and
+# the answers for alice, bob, carol, ada, fin, anonymous. bob and fin must hear 403, never the
+# 409 that describes the object; carol 404; only those who may act learn the state.
+HTMX = {"HTTP_HX_REQUEST": "true", "HTTP_HX_TARGET": "host-panel"}
+AUTHORIZATION_BEFORE_STATE: list[tuple[tuple, tuple[int, ...]]] = [
+    # alice's running spot host: spot hosts cannot be stopped; a running host cannot start.
+    (("instance-stop", "spot", {}, {}), (409, 403, 404, 409, 403, 401)),
+    (("instance-start", "spot", {}, {}), (409, 403, 404, 409, 403, 401)),
+    (("instance-terminate", "spot", {}, {}), (202, 403, 404, 202, 403, 401)),
+    (("host-action:stop", "spot", {}, HTMX), (409, 403, 404, 409, 403, 302)),
+    (("host-action:start", "spot", {}, HTMX), (409, 403, 404, 409, 403, 302)),
+    (("host-action:terminate", "spot", {}, HTMX), (200, 403, 404, 200, 403, 302)),
+    # The plain form shows the refusal as a message on the page it returns to (302).
+    (("host-action:stop", "spot", {}, {}), (302, 403, 404, 302, 403, 302)),
+    # alice's order that was placed without approval: already decided.
+    (("order-approve", "placed", {}, {}), (403, 403, 404, 409, 403, 401)),
+    (("order-reject", "placed", {"reason": "no"}, {}), (403, 403, 404, 409, 403, 401)),
+    # A body only a decider may hear about.
+    (("order-reject", "pending", {"reason": ""}, {}), (403, 403, 404, 400, 403, 401)),
+    (("order-approve", "pending", {"owner": "fin"}, {}), (403, 403, 404, 400, 403, 401)),
+    (("approval-decide:approve", "placed", {}, {}), (403, 403, 404, 302, 403, 302)),
+]
+
+# Every answer, whatever its status, carries these (portal/csp.py, settings).
+SECURITY_HEADERS = ("Content-Security-Policy", "Permissions-Policy")
+
 # Routes this test leaves to others, and why.
 NOT_HERE = {
     "login": "public by design; tests/portal/test_login.py",
@@ -159,6 +186,7 @@ def test_every_route_is_in_the_table():
 def world(catalog, alice, bob, carol, ada, fin, projects, running_host, place_order):
     vision = projects["vision-lab"]
     host = running_host()
+    spot = running_host(market="spot")
     approval_policy_set(project=vision, actor=ada, gpus_above=2)
     pending = place_order(alice, count=3)
     quota = quota_set(project=vision, actor=ada, max_gpus=100)
@@ -167,6 +195,7 @@ def world(catalog, alice, bob, carol, ada, fin, projects, running_host, place_or
     return {
         "users": {"alice": alice, "bob": bob, "carol": carol, "ada": ada, "fin": fin},
         "host": host,
+        "spot": spot,
         "placed": host.order,
         "pending": pending,
         "quota": quota,
@@ -231,13 +260,18 @@ def _request(world, name: str, method: str) -> tuple[str, dict]:
     return path + query, bodies.get((name, method), {})
 
 
-def test_each_route_answers_each_persona_as_the_table_says(world):
-    """One pass over every route: each call runs in a transaction that is rolled back, so each
-    persona finds alice's objects as they were. Every mismatch is listed at once."""
+def _clients(world) -> dict[str, Client]:
     clients = {"anonymous": Client()}
     for persona, user in world["users"].items():
         clients[persona] = Client()
         clients[persona].force_login(user)
+    return clients
+
+
+def test_each_route_answers_each_persona_as_the_table_says(world):
+    """One pass over every route: each call runs in a transaction that is rolled back, so each
+    persona finds alice's objects as they were. Every mismatch is listed at once."""
+    clients = _clients(world)
     mismatches = []
     for name, method in ROUTES:
         if (name, method) not in EXPECTED:
@@ -254,9 +288,45 @@ def test_each_route_answers_each_persona_as_the_table_says(world):
                 else:
                     response = getattr(clients[persona], method.lower())(path, body)
                 got.append(response.status_code)
+                missing = [h for h in SECURITY_HEADERS if h not in response]
+                if missing:
+                    mismatches.append(f"{method} {name} as {persona}: no {missing}")
                 transaction.set_rollback(True)
         if tuple(got) != EXPECTED[(name, method)]:
             mismatches.append(
                 f"{method} {name}: expected {EXPECTED[(name, method)]}, got {tuple(got)}"
             )
+    assert not mismatches, "\n".join(mismatches)
+
+
+def test_who_may_act_is_answered_before_what_the_object_allows(world):
+    """bob (same project, not the owner) and fin (finance) stopping alice's spot host hear
+    403, not "spot hosts cannot be stopped"; the same order of answers holds for every host
+    action and order decision, page and API."""
+    assert world["spot"].market == "spot"
+    assert world["spot"].status == "running"
+    clients = _clients(world)
+    mismatches = []
+    for (route, target, body, headers), expected in AUTHORIZATION_BEFORE_STATE:
+        name, _, verb = route.partition(":")
+        kwargs = {"pk": world[target].pk}
+        if verb:
+            kwargs["verb" if name == "host-action" else "decision"] = verb
+        path = reverse(name, kwargs=kwargs)
+        got = []
+        for persona in PERSONAS:
+            with transaction.atomic():
+                client = clients[persona]
+                if path.startswith("/api/"):
+                    response = client.post(
+                        path, json.dumps(body), content_type="application/json", **headers
+                    )
+                else:
+                    response = client.post(path, body, **headers)
+                got.append(response.status_code)
+                if persona in ("bob", "fin") and response.status_code != 403:
+                    mismatches.append(f"{persona} {route} on {target}: {response.content[:200]}")
+                transaction.set_rollback(True)
+        if tuple(got) != expected:
+            mismatches.append(f"POST {route} on {target}: expected {expected}, got {tuple(got)}")
     assert not mismatches, "\n".join(mismatches)

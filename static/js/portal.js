@@ -25,3 +25,31 @@ document.body.addEventListener("portal:error", (event) => {
   clearTimeout(toast._timer);
   toast._timer = setTimeout(() => { toast.hidden = true; }, 6000);
 });
+
+// Forms that ask first (revoking a token): the question is the form's data-confirm.
+document.addEventListener("submit", (event) => {
+  const form = event.target.closest("form[data-confirm]");
+  if (form && !window.confirm(form.dataset.confirm)) event.preventDefault();
+});
+
+// Bars and markers are sized from data attributes, in percent of their track: the
+// Content-Security-Policy refuses style="" attributes, but not a property set from a script.
+// data-scale (percent) scales data-left, for the threshold ticks under a budget marker.
+function sizeBars(root) {
+  root.querySelectorAll("[data-width]").forEach((element) => {
+    const width = Number(element.dataset.width);
+    if (Number.isFinite(width)) element.style.width = width + "%";
+  });
+  root.querySelectorAll("[data-left]").forEach((element) => {
+    const scale = element.dataset.scale === undefined ? 100 : Number(element.dataset.scale);
+    const left = (Number(element.dataset.left) * scale) / 100;
+    if (Number.isFinite(left)) element.style.left = left + "%";
+  });
+}
+
+// On the page as loaded, and on every fragment htmx swaps in later.
+if (window.htmx) {
+  htmx.onLoad(sizeBars);
+} else {
+  document.addEventListener("DOMContentLoaded", () => sizeBars(document));
+}

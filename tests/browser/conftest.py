@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -40,17 +41,79 @@ def chromium():
         browser.close()
 
 
+# Chrome prints every refusal of the Content-Security-Policy to the console ("Refused to
+# apply inline style because it violates the following Content Security Policy directive").
+# The page also reports each one itself (securitypolicyviolation), so none goes unseen.
+CSP_MARK = "Content Security Policy"
+REPORT_VIOLATIONS = """
+document.addEventListener("securitypolicyviolation", (event) => {
+  console.error("Content Security Policy violation: " + event.effectiveDirective + " refused "
+    + (event.blockedURI || "inline") + " at " + event.sourceFile + ":" + event.lineNumber);
+});
+"""
+
+
+@dataclass
+class BrowserLog:
+    """What the pages of one test said: console errors, CSP refusals, uncaught exceptions."""
+
+    errors: list[str] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+
+    def watch(self, page) -> None:
+        page.on("console", self._console)
+        page.on("pageerror", lambda error: self.errors.append(f"uncaught: {error}"))
+
+    def _console(self, message) -> None:
+        if message.type != "error":
+            return
+        text = f"{message.text} ({message.location.get('url', '')})"
+        self.errors.append(text)
+        if CSP_MARK in message.text:
+            self.violations.append(text)
+
+    def clear(self) -> None:
+        self.errors.clear()
+        self.violations.clear()
+
+
 @pytest.fixture
-def page(chromium, live_server, request):
-    context = chromium.new_context(
-        base_url=live_server.url, viewport={"width": 1400, "height": 900}
-    )
-    page = context.new_page()
+def browser_log():
+    """Every browser test fails on a CSP violation or an uncaught script error, on any page
+    it visited; tests that expect a refused request (a 4xx the console logs) still pass."""
+    log = BrowserLog()
+    yield log
+    uncaught = [error for error in log.errors if error.startswith("uncaught:")]
+    assert not log.violations, "Content-Security-Policy violations:\n" + "\n".join(log.violations)
+    assert not uncaught, "script errors:\n" + "\n".join(uncaught)
+
+
+@pytest.fixture
+def new_context(chromium, live_server, browser_log):
+    """Browser contexts whose pages report to browser_log; closed after the test."""
+    contexts = []
+
+    def make():
+        context = chromium.new_context(
+            base_url=live_server.url, viewport={"width": 1400, "height": 900}
+        )
+        context.add_init_script(REPORT_VIOLATIONS)
+        context.on("page", browser_log.watch)
+        contexts.append(context)
+        return context
+
+    yield make
+    for context in contexts:
+        context.close()
+
+
+@pytest.fixture
+def page(new_context, request):
+    page = new_context().new_page()
     page.set_default_timeout(15_000)
     yield page
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"), full_page=True)
-    context.close()
 
 
 @pytest.fixture

@@ -13,16 +13,11 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
-def as_user(chromium, live_server):
+def as_user(new_context):
     """A fresh browser context per persona, signed in."""
-    contexts = []
 
     def open_as(username: str):
-        context = chromium.new_context(
-            base_url=live_server.url, viewport={"width": 1400, "height": 900}
-        )
-        contexts.append(context)
-        page = context.new_page()
+        page = new_context().new_page()
         page.set_default_timeout(15_000)
         page.goto("/login/")
         page.fill("#id_username", username)
@@ -31,9 +26,7 @@ def as_user(chromium, live_server):
         page.wait_for_url("**/dashboard/**")
         return page
 
-    yield open_as
-    for context in contexts:
-        context.close()
+    return open_as
 
 
 def order(page, type_name: str, count: int):

@@ -124,3 +124,55 @@ def test_env_example_documents_every_variable_settings_read():
 @pytest.mark.parametrize("name", ["DATABASE_URL", "CELERY_BROKER_URL", "PORTAL_PROVIDER"])
 def test_readme_settings_table_names_the_main_variables(name):
     assert f"`{name}`" in (ROOT / "README.md").read_text()
+
+
+PRODUCTION = {
+    "DJANGO_DEBUG": "0",
+    "DJANGO_SECRET_KEY": "a-long-random-production-secret-" + "x" * 40,
+}
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["k", "Z" * 31, "é" * 15],  # the last: 15 characters, 30 bytes
+    ids=["one character", "31 bytes", "30 bytes of 15 characters"],
+)
+def test_production_refuses_an_audit_signing_key_shorter_than_32_bytes(key, tmp_path):
+    code = "import django; django.setup(); from django.core.management import call_command; "
+    code += "call_command('check')"
+    result = run_with_env(
+        {**PRODUCTION, "PORTAL_AUDIT_SIGNING_KEY": key, "PORTAL_VAR_DIR": str(tmp_path)}, code
+    )
+    assert result.returncode != 0
+    size = len(key.encode())
+    assert (
+        f"PORTAL_AUDIT_SIGNING_KEY is {size} bytes; it must be at least 32 bytes when "
+        "DJANGO_DEBUG=0" in result.stderr
+    )
+    if len(key) > 1:
+        assert key not in result.stderr  # the message never prints the key
+
+
+@pytest.mark.parametrize("key", ["k" * 32, "é" * 16], ids=["32 bytes", "32 bytes of 16 é"])
+def test_production_starts_with_a_32_byte_audit_signing_key(key, tmp_path):
+    code = "import django; django.setup(); from django.conf import settings as s; "
+    code += "print(len(s.PORTAL_AUDIT_SIGNING_KEY.encode()))"
+    result = run_with_env(
+        {**PRODUCTION, "PORTAL_AUDIT_SIGNING_KEY": key, "PORTAL_VAR_DIR": str(tmp_path)}, code
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["32"]
+
+
+def test_development_keeps_accepting_a_short_audit_signing_key(tmp_path):
+    code = "import django; django.setup(); from django.conf import settings as s; "
+    code += "print(s.PORTAL_AUDIT_SIGNING_KEY)"
+    result = run_with_env({"PORTAL_AUDIT_SIGNING_KEY": "k", "PORTAL_VAR_DIR": str(tmp_path)}, code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["k"]
+
+
+def test_the_readme_and_env_example_state_the_signing_key_rule():
+    for document in ("README.md", ".env.example"):
+        text = " ".join((ROOT / document).read_text().split())
+        assert "at least 32 bytes" in text, document

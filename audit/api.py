@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
-
 from rest_framework import permissions, serializers, viewsets
 
+from audit import status
 from audit.filters import AuditEventFilter
 from audit.models import AuditEvent
+from audit.status import body_summary
 
 
 class IsPortalAdmin(permissions.BasePermission):
@@ -30,6 +30,18 @@ class AuditEventSerializer(serializers.ModelSerializer):
     object = serializers.CharField(source="object_ref")
     duration_ms = serializers.FloatField()
     body_summary = serializers.SerializerMethodField()
+    chain_status = serializers.ChoiceField(
+        source="chain.status",
+        choices=status.CHOICES,
+        read_only=True,
+        help_text="sealed: in the signed hash chain; pending: not sealed yet (the next seal "
+        "takes it); outside: a row audit_verify reports, e.g. one inserted by hand",
+    )
+    chain_note = serializers.CharField(
+        source="chain.note",
+        read_only=True,
+        help_text="Why the row is outside the sealed chain; empty otherwise",
+    )
 
     class Meta:
         model = AuditEvent
@@ -56,11 +68,13 @@ class AuditEventSerializer(serializers.ModelSerializer):
             "body_digest",
             "body_summary",
             "app_version",
+            "chain_status",
+            "chain_note",
         ]
         read_only_fields = fields
 
     def get_body_summary(self, event: AuditEvent) -> dict | list | None:
-        return json.loads(event.body_summary) if event.body_summary else None
+        return body_summary(event)
 
 
 class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):
@@ -72,7 +86,18 @@ class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):
     permission_classes = [permissions.IsAuthenticated, IsPortalAdmin]
     filterset_class = AuditEventFilter
     lookup_field = "seq"
-    lookup_value_regex = r"[0-9]+"
+    # A forged row may carry a number below 1; it can be read like any other.
+    lookup_value_regex = r"-?[0-9]+"
 
     def get_queryset(self):
         return AuditEvent.objects.for_user(self.request.user).order_by("-seq")
+
+    def paginate_queryset(self, queryset):
+        # Where each row stands against the chain, for the whole page in a few queries.
+        page = super().paginate_queryset(queryset)
+        return status.annotate_chain(page) if page is not None else None
+
+    def get_object(self):
+        event = super().get_object()
+        status.annotate_chain([event])
+        return event

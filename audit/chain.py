@@ -44,7 +44,7 @@ CONTENT_FIELDS = (
     "body_summary",
     "app_version",
 )
-_TIME_INDEX = CONTENT_FIELDS.index("time")
+TIME_INDEX = CONTENT_FIELDS.index("time")
 
 
 def _utc(value: datetime) -> str:
@@ -54,7 +54,7 @@ def _utc(value: datetime) -> str:
 def content_bytes(values: tuple[Any, ...]) -> bytes:
     """Canonical bytes of one row, given its values in ``CONTENT_FIELDS`` order."""
     row = list(values)
-    row[_TIME_INDEX] = _utc(row[_TIME_INDEX])
+    row[TIME_INDEX] = _utc(row[TIME_INDEX])
     return json.dumps(row, ensure_ascii=False, separators=(",", ":")).encode()
 
 
@@ -76,8 +76,12 @@ def key_id(key: bytes | None = None) -> str:
 
 
 def checkpoint_payload(checkpoint: dict[str, Any]) -> bytes:
+    """What a checkpoint's signature covers. Version 2 adds the commit grace and the flagged
+    rows; a checkpoint without a grace was signed as version 1 and is checked as one, so that
+    stripping a version 2 checkpoint's flags breaks its signature."""
+    grace = checkpoint.get("grace_seconds")
     fields = [
-        "checkpoint-v1",
+        "checkpoint-v1" if grace is None else "checkpoint-v2",
         checkpoint["number"],
         _utc(checkpoint["period_start"]),
         _utc(checkpoint["period_end"]),
@@ -91,6 +95,8 @@ def checkpoint_payload(checkpoint: dict[str, Any]) -> bytes:
         checkpoint["prev_signature"],
         checkpoint["key_id"],
     ]
+    if grace is not None:
+        fields += [grace, checkpoint["flagged_seqs"]]
     return json.dumps(fields, separators=(",", ":")).encode()
 
 

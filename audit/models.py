@@ -122,6 +122,10 @@ class AuditCheckpoint(models.Model):
     a chain of their own) with ``PORTAL_AUDIT_SIGNING_KEY`` (HMAC-SHA256), a key that is not
     ``SECRET_KEY``. ``key_id`` names the key without revealing it. An empty period has
     ``last_position == first_position - 1``.
+
+    ``grace_seconds`` is the commit grace the seal applied and ``flagged_seqs`` the rows it
+    linked although their time says they were inserted by hand (``audit.timing``), space
+    separated; both are signed. Checkpoints signed before they existed have no grace.
     """
 
     number = models.BigIntegerField(primary_key=True)
@@ -135,12 +139,16 @@ class AuditCheckpoint(models.Model):
     last_seq = models.BigIntegerField(null=True, blank=True)
     head_hash = models.CharField(max_length=64)
     prev_signature = models.CharField(max_length=64, blank=True)
+    grace_seconds = models.PositiveIntegerField(null=True, blank=True)
+    flagged_seqs = models.TextField(blank=True, default="")
     key_id = models.CharField(max_length=16)
     signature = models.CharField(max_length=64)
 
     class Meta:
         db_table = "audit_checkpoint"
         ordering = ["number"]
+        # The audit pages find the checkpoint of a row's position with it.
+        indexes = [models.Index(fields=["last_position"], name="audit_checkpoint_last_pos")]
 
     def __str__(self) -> str:
         return f"checkpoint {self.number}"

@@ -22,7 +22,7 @@ from django.db import connection, transaction
 from django.db.models import Max, Min, Q
 from django.utils import timezone
 
-from audit import chain
+from audit import chain, timing
 from audit.context import current_request_id, new_request_id
 from audit.models import (
     AuditChainLink,
@@ -33,6 +33,7 @@ from audit.models import (
     Outcome,
 )
 from audit.redaction import canonical_json, clean_identifier, clean_text, redact_data
+from audit.status import last_issued_seq
 
 log = logging.getLogger(__name__)
 
@@ -186,9 +187,22 @@ def audit_chain_seal(*, now: datetime | None = None) -> AuditCheckpoint:
     checkpoint look different. Two sealers running at once cannot both win: positions and
     checkpoint numbers are primary keys, so the second one's transaction fails and changes
     nothing.
+
+    A row whose time says it was inserted by hand (``audit.timing``: dated before its period
+    allows, after this seal, after a higher number was sealed, or long before a lower number)
+    is linked all the same, so that the chain keeps it as evidence, and named in the
+    checkpoint's ``flagged_seqs``. Rows numbered below 1 are never linked.
     """
     now = now or timezone.now()
+    grace = timing.commit_grace()
     with transaction.atomic():
+        # Only rows numbered up to here: a row numbered later may be dated after ``now``
+        # (rule 5 of audit.timing); the next seal takes it. Never a number the sequence has
+        # not issued yet (rule 2): that row was inserted by hand and stays out of the chain.
+        top = AuditEvent.objects.aggregate(top=Max("seq"))["top"] or 0
+        issued = last_issued_seq()
+        if issued is not None:
+            top = min(top, issued)
         last = AuditCheckpoint.objects.order_by("-number").first()
         if last is None:
             prune = AuditPrune.objects.order_by("-through_checkpoint").first()
@@ -196,7 +210,7 @@ def audit_chain_seal(*, now: datetime | None = None) -> AuditCheckpoint:
             head = prune.head_hash if prune else chain.GENESIS
             prev_signature = prune.last_signature if prune else ""
             position = (prune.through_position if prune else 0) + 1
-            first_time = AuditEvent.objects.aggregate(t=Min("time"))["t"]
+            first_time = AuditEvent.objects.filter(seq__gt=0).aggregate(t=Min("time"))["t"]
             period_start = min(first_time, now) if first_time else now
         else:
             number = last.number + 1
@@ -214,10 +228,15 @@ def audit_chain_seal(*, now: datetime | None = None) -> AuditCheckpoint:
             .exclude(seq__in=linked)
             .values_list("seq", flat=True)
         )
-        wanted = Q(seq__gt=sealed_up_to)
+        wanted = Q(seq__gt=sealed_up_to, seq__lte=top)
         if stragglers:
             wanted |= Q(seq__in=stragglers)
+        # A straggler is numbered below a row sealed by the last checkpoint at the latest, so
+        # it cannot be dated after that seal.
+        higher_sealed_at = last.period_end if last is not None else None
         seqs: list[int] = []
+        flagged: list[int] = []
+        latest = None
         cursor = 0
         while True:
             # Keyset pages rather than one open cursor: the links are written as we go.
@@ -230,6 +249,21 @@ def audit_chain_seal(*, now: datetime | None = None) -> AuditCheckpoint:
                 break
             links = []
             for seq, *values in page:
+                moment = values[chain.TIME_INDEX]
+                fault = timing.sealed_fault(
+                    seq,
+                    moment,
+                    period_start=period_start,
+                    period_end=now,
+                    grace=grace,
+                    higher_sealed_at=higher_sealed_at if seq < sealed_up_to else None,
+                )
+                if fault is None and latest is not None and moment < latest - grace:
+                    fault = timing.OUT_OF_ORDER
+                if fault is None:
+                    latest = moment if latest is None else max(latest, moment)
+                else:
+                    flagged.append(seq)
                 digest = chain.link_hash(head, seq, chain.content_bytes(tuple(values)))
                 links.append(
                     AuditChainLink(position=position, event_seq=seq, prev_hash=head, hash=digest)
@@ -252,9 +286,19 @@ def audit_chain_seal(*, now: datetime | None = None) -> AuditCheckpoint:
             "last_seq": max(seqs) if seqs else None,
             "head_hash": head,
             "prev_signature": prev_signature,
+            "grace_seconds": int(grace.total_seconds()),
+            "flagged_seqs": " ".join(str(seq) for seq in flagged),
             "key_id": chain.key_id(),
         }
         signature = chain.sign(chain.checkpoint_payload(checkpoint))
+        if flagged:
+            log.warning(
+                "audit: checkpoint %d sealed %d row(s) whose time says they were inserted by "
+                "hand: seq %s; run manage.py audit_verify",
+                number,
+                len(flagged),
+                " ".join(str(seq) for seq in flagged[:20]),
+            )
         return AuditCheckpoint.objects.create(**checkpoint, signature=signature)
 
 
@@ -371,6 +415,8 @@ def checkpoint_document(checkpoint: AuditCheckpoint) -> dict[str, Any]:
         "last_seq": checkpoint.last_seq,
         "head_hash": checkpoint.head_hash,
         "prev_signature": checkpoint.prev_signature,
+        "grace_seconds": checkpoint.grace_seconds,
+        "flagged_seqs": checkpoint.flagged_seqs,
         "key_id": checkpoint.key_id,
         "signature": checkpoint.signature,
     }

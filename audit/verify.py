@@ -5,11 +5,17 @@ the chain is:
 
 1. checkpoints in number order: signatures, numbering, the chain of signatures, coverage;
 2. links in position order: no gaps, each link follows the one before, heads match checkpoints;
-3. links in sequence order merged with events in sequence order: each row hashes to its link.
+3. links in sequence order merged with events in sequence order (``audit.verify_rows``): each
+   row hashes to its link and fits its period, and every row outside the chain is accounted for.
 
 Each problem names the sequence numbers concerned and its own kind: an edited row, a deleted
-row, two rows swapped, a deleted checkpoint, a truncated tail, a forged checkpoint, and a few
-rarer ones (a broken link, a row that was never sealed, a sealer that stopped).
+row, two rows swapped, a deleted checkpoint, a truncated tail, a forged checkpoint, a row
+inserted by hand (a number below 1, backdated, postdated, slipped into the sealed range, out
+of order, never sealed; see ``audit.timing``), and a few rarer ones (a broken link, a sealer
+that stopped).
+
+A range (``--from``/``--to``) checks every checkpoint that covers it, all their links and rows,
+and then every row the range selects that those checkpoints did not seal.
 """
 
 from __future__ import annotations
@@ -17,18 +23,16 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Max
+from django.db.models import Max, Q
 from django.utils import timezone
 
-from audit import chain
+from audit import chain, timing
 from audit.models import AuditChainLink, AuditCheckpoint, AuditEvent, AuditPrune
-
-PAGE = 10_000
-MAX_SWAP_CANDIDATES = 400
+from audit.status import last_issued_seq
+from audit.verify_rows import PAGE, Higher, Periods, Scope, check_rows, check_window
 
 CHECKPOINT_FIELDS = (
     "number",
@@ -42,6 +46,8 @@ CHECKPOINT_FIELDS = (
     "last_seq",
     "head_hash",
     "prev_signature",
+    "grace_seconds",
+    "flagged_seqs",
     "key_id",
     "signature",
 )
@@ -106,36 +112,6 @@ def _links_by_position(first: int, last: int):
         cursor = page[-1][0]
 
 
-def _links_by_seq(first: int, last: int):
-    cursor = None
-    while True:
-        query = AuditChainLink.objects.filter(position__gte=first, position__lte=last)
-        if cursor is not None:
-            query = query.filter(event_seq__gt=cursor)
-        page = list(
-            query.order_by("event_seq").values_list("event_seq", "position", "prev_hash", "hash")[
-                :PAGE
-            ]
-        )
-        if not page:
-            return
-        yield from page
-        cursor = page[-1][0]
-
-
-def _events_by_seq(first: int, last: int | None):
-    cursor = first - 1
-    while True:
-        query = AuditEvent.objects.filter(seq__gt=cursor)
-        if last is not None:
-            query = query.filter(seq__lte=last)
-        page = list(query.order_by("seq").values_list("seq", *chain.CONTENT_FIELDS)[:PAGE])
-        if not page:
-            return
-        yield from page
-        cursor = page[-1][0]
-
-
 def _parse_bound(value: str | int | datetime | None) -> tuple[int | None, datetime | None]:
     if value is None or value == "":
         return None, None
@@ -161,21 +137,40 @@ def _parse_bound(value: str | int | datetime | None) -> tuple[int | None, dateti
     return None, moment
 
 
-def _checkpoint_range(start, end) -> tuple[int | None, int | None]:
-    """Checkpoint numbers whose periods overlap the requested sequence or time range."""
+def _window(start, end) -> Q:
+    """The rows a range selects by number or by time."""
     from_seq, from_time = _parse_bound(start)
     to_seq, to_time = _parse_bound(end)
+    window = Q()
+    if from_seq is not None:
+        window &= Q(seq__gte=from_seq)
+    if from_time is not None:
+        window &= Q(time__gte=from_time)
+    if to_seq is not None:
+        window &= Q(seq__lte=to_seq)
+    if to_time is not None:
+        window &= Q(time__lte=to_time)
+    return window
+
+
+def _checkpoint_range(start, end) -> tuple[int | None, int | None]:
+    """Checkpoint numbers whose periods could hold the rows of the requested sequence or
+    time range: a genuine row is sealed by a period that began at most the commit grace after
+    its time and ended at most the grace before it (``audit.timing``)."""
+    from_seq, from_time = _parse_bound(start)
+    to_seq, to_time = _parse_bound(end)
+    grace = timing.commit_grace()
     query = AuditCheckpoint.objects.all()
     if from_seq is not None:
         query = query.filter(last_seq__gte=from_seq)
     if from_time is not None:
-        query = query.filter(period_end__gte=from_time)
+        query = query.filter(period_end__gte=from_time - grace)
     low = query.order_by("number").values_list("number", flat=True).first()
     query = AuditCheckpoint.objects.all()
     if to_seq is not None:
         query = query.filter(first_seq__lte=to_seq)
     if to_time is not None:
-        query = query.filter(period_start__lte=to_time)
+        query = query.filter(period_start__lte=to_time + grace)
     high = query.order_by("-number").values_list("number", flat=True).first()
     return low, high
 
@@ -235,33 +230,54 @@ def _verify(report: Report, start, end, now: datetime, ranged: bool) -> None:
     top_link = AuditChainLink.objects.aggregate(top=Max("position"))["top"] or 0
 
     number_from = number_to = None
+    seed = None
+    covered = True
     if ranged:
         number_from, number_to = _checkpoint_range(start, end)
-        if number_from is None or number_to is None or number_from > number_to:
-            return
-        before = (
-            AuditCheckpoint.objects.filter(number__lt=number_from)
-            .order_by("-number")
-            .values_list(*CHECKPOINT_FIELDS)
-            .first()
-        )
-        if before is not None:
-            anchor = dict(zip(CHECKPOINT_FIELDS, before, strict=True))
+        covered = not (number_from is None or number_to is None or number_from > number_to)
+        if covered:
+            before = (
+                AuditCheckpoint.objects.filter(number__lt=number_from)
+                .order_by("-number")
+                .values_list(*CHECKPOINT_FIELDS)
+                .first()
+            )
+            if before is not None:
+                anchor = dict(zip(CHECKPOINT_FIELDS, before, strict=True))
+                sealed_before = AuditCheckpoint.objects.filter(number__lt=number_from).aggregate(
+                    top=Max("last_seq")
+                )["top"]
+                if sealed_before is not None:
+                    # Not always the first seal of a higher number, but never earlier: a
+                    # later bound, which can only let a forgery through, never accuse a row.
+                    seed = Higher(anchor["number"], sealed_before, anchor["period_end"])
+    periods = Periods(seed)
 
     # Pass 1: checkpoints.
     previous = anchor
     newest = None
-    boundaries: dict[int, dict[str, Any]] = {}
+    # Where each non-empty checkpoint's head should be: (number, last_seq, head_hash).
+    boundaries: dict[int, tuple[int, int, str]] = {}
     # Positions a deleted checkpoint took with it: reported once, as the checkpoint.
     explained: list[tuple[int, int]] = []
     first_position = anchor["last_position"] + 1
-    for checkpoint in _checkpoints(number_from, number_to):
+    low_seq = high_seq = None
+    for checkpoint in _checkpoints(number_from, number_to) if covered else ():
         report.checkpoints += 1
         gap = _check_checkpoint(report, checkpoint, previous, key, our_key)
         if gap is not None:
             explained.append(gap)
         if checkpoint["event_count"] > 0:
-            boundaries[checkpoint["last_position"]] = checkpoint
+            boundaries[checkpoint["last_position"]] = (
+                checkpoint["number"],
+                checkpoint["last_seq"],
+                checkpoint["head_hash"],
+            )
+            periods.add(checkpoint)
+            if low_seq is None or checkpoint["first_seq"] < low_seq:
+                low_seq = checkpoint["first_seq"]
+            if high_seq is None or checkpoint["last_seq"] > high_seq:
+                high_seq = checkpoint["last_seq"]
         elif checkpoint["head_hash"] != previous["head_hash"] and (
             checkpoint["number"] == previous["number"] + 1
         ):
@@ -312,13 +328,13 @@ def _verify(report: Report, start, end, now: datetime, ranged: bool) -> None:
         previous_seq = seq
     chain_end = expected_position - 1
 
-    for position, checkpoint in boundaries.items():
-        if position in heads and heads[position] != checkpoint["head_hash"]:
+    for position, (number, last_seq, head_hash) in boundaries.items():
+        if position in heads and heads[position] != head_hash:
             report.add(
                 "rewritten",
-                checkpoint["last_seq"],
-                f"checkpoint {checkpoint['number']}: chain rewritten — the hash at position "
-                f"{position} (seq {checkpoint['last_seq']}) differs from the signed head",
+                last_seq,
+                f"checkpoint {number}: chain rewritten — the hash at position "
+                f"{position} (seq {last_seq}) differs from the signed head",
             )
     if newest is not None and last_checkpoint_position > chain_end:
         last_seen = f"seq {previous_seq}" if previous_seq is not None else "the start"
@@ -344,11 +360,30 @@ def _verify(report: Report, start, end, now: datetime, ranged: bool) -> None:
             f"them (the newest checkpoint is {newest['number'] if newest else 'missing'})",
         )
 
-    # Pass 3: rows against their links, merged in sequence order.
-    _check_rows(report, first_position, last_position, ranged, newest, now)
-
+    # Pass 3: rows against their links and their periods, merged in sequence order.
+    newest_overall = newest
+    if ranged:
+        newest_overall = (
+            AuditCheckpoint.objects.order_by("-number")
+            .values("number", "period_end", "grace_seconds")
+            .first()
+        )
+    scope = Scope(
+        periods=periods,
+        first_position=first_position,
+        last_position=last_position,
+        now=now,
+        grace=timing.commit_grace(),
+        newest=newest_overall,
+        top_sealed=AuditChainLink.objects.aggregate(top=Max("event_seq"))["top"] or 0,
+        issued=last_issued_seq(),
+    )
     if not ranged:
+        check_rows(report, scope, None, None)
         _check_freshness(report, newest, now)
+        return
+    elsewhere = check_rows(report, scope, low_seq, high_seq) if low_seq is not None else []
+    check_window(report, scope, _window(start, end), low_seq, high_seq, elsewhere)
 
 
 def _check_checkpoint(report, checkpoint, previous, key, our_key) -> tuple[int, int] | None:
@@ -415,116 +450,6 @@ def _seq_span(first: int, last: int) -> tuple[int | None, int | None]:
     low = seqs.order_by("event_seq").values_list("event_seq", flat=True).first()
     high = seqs.order_by("-event_seq").values_list("event_seq", flat=True).first()
     return low, high
-
-
-def _check_rows(report, first_position, last_position, ranged, newest, now) -> None:
-    links = _links_by_seq(first_position, last_position)
-    link = next(links, None)
-    low_seq = link[0] if link else None
-    if low_seq is None:
-        if ranged:
-            return
-        low_seq = 1
-    events = _events_by_seq(low_seq if ranged else 1, None)
-    mismatches: list[tuple[int, int, str, str, bytes]] = []
-    unlinked: list[tuple[int, datetime]] = []
-    top_linked = 0
-    event = next(events, None)
-    while link is not None:
-        seq, position, prev_hash, digest = link
-        top_linked = seq
-        while event is not None and event[0] < seq:
-            unlinked.append((event[0], event[1]))
-            event = next(events, None)
-        if event is not None and event[0] == seq:
-            report.rows += 1
-            content = chain.content_bytes(tuple(event[1:]))
-            if chain.link_hash(prev_hash, seq, content) != digest:
-                mismatches.append((seq, position, prev_hash, digest, content))
-            event = next(events, None)
-        else:
-            report.add(
-                "deleted",
-                seq,
-                f"seq {seq}: row deleted — it was sealed at position {position} and is gone",
-            )
-        link = next(links, None)
-    # Rows after the last sealed one are waiting for the next seal.
-    if not ranged:
-        while event is not None:
-            if event[0] > top_linked:
-                report.pending += 1
-            else:
-                unlinked.append((event[0], event[1]))
-            event = next(events, None)
-
-    _classify_unlinked(report, unlinked, top_linked, ranged, newest, now)
-    _classify_mismatches(report, mismatches)
-
-
-def _classify_unlinked(report, unlinked, top_linked, ranged, newest, now) -> None:
-    if not unlinked:
-        return
-    if ranged:
-        # They may be sealed in a period outside the range.
-        sealed = set(
-            AuditChainLink.objects.filter(event_seq__in=[seq for seq, _ in unlinked]).values_list(
-                "event_seq", flat=True
-            )
-        )
-        unlinked = [(seq, moment) for seq, moment in unlinked if seq not in sealed]
-    grace = timedelta(seconds=2 * settings.PORTAL_AUDIT_SEAL_SECONDS)
-    settled = (newest["period_end"] if newest else now) - grace
-    for seq, moment in unlinked:
-        if moment >= settled:
-            # A transaction that committed after the rows around it were sealed; the next
-            # seal picks it up.
-            report.pending += 1
-            continue
-        report.add(
-            "unsealed",
-            seq,
-            f"seq {seq}: row not in the chain — inserted after its period was sealed "
-            f"(time {moment:%Y-%m-%d %H:%M:%S} UTC, sealed rows run past seq {top_linked})",
-        )
-
-
-def _classify_mismatches(report, mismatches) -> None:
-    swapped: set[int] = set()
-    if 1 < len(mismatches) <= MAX_SWAP_CANDIDATES:
-        for i, (seq_a, _pos_a, prev_a, hash_a, content_a) in enumerate(mismatches):
-            if seq_a in swapped:
-                continue
-            for seq_b, _pos_b, prev_b, hash_b, content_b in mismatches[i + 1 :]:
-                if seq_b in swapped:
-                    continue
-                # Contents exchanged between two rows that kept their numbers ...
-                exchanged = (
-                    chain.link_hash(prev_a, seq_a, content_b) == hash_a
-                    and chain.link_hash(prev_b, seq_b, content_a) == hash_b
-                )
-                # ... or two rows exchanged whole, numbers and all.
-                renumbered = (
-                    chain.link_hash(prev_a, seq_b, content_b) == hash_a
-                    and chain.link_hash(prev_b, seq_a, content_a) == hash_b
-                )
-                if exchanged or renumbered:
-                    swapped.update((seq_a, seq_b))
-                    report.add(
-                        "swapped",
-                        seq_a,
-                        f"seq {seq_a} and seq {seq_b}: rows swapped — each holds what was "
-                        "sealed for the other",
-                    )
-                    break
-    for seq, position, _prev, _digest, _content in mismatches:
-        if seq not in swapped:
-            report.add(
-                "edited",
-                seq,
-                f"seq {seq}: row edited — its content no longer matches the hash sealed at "
-                f"position {position}",
-            )
 
 
 def _check_freshness(report, newest, now) -> None:

@@ -13,7 +13,7 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from audit import chain
+from audit import chain, status
 from audit.csv_stream import csv_lines
 from audit.filters import METHODS, AuditEventFilter
 from audit.models import AuditChainLink, AuditEvent, Outcome
@@ -50,7 +50,7 @@ def _page_context(request: HttpRequest, filterset: AuditEventFilter) -> dict:
         "form": filterset.form,
         "errors": filterset.errors if not valid else {},
         "page": page,
-        "events": page.object_list if page else [],
+        "events": status.annotate_chain(page.object_list) if page else [],
         "methods": METHODS,
         "outcomes": Outcome.choices,
         "query": _query_without(request, "page"),
@@ -85,8 +85,9 @@ def event_detail(request: HttpRequest, seq: int) -> HttpResponse:
         raise Http404("No such audit row.")
     summary = None
     if event.body_summary:
-        summary = json.dumps(json.loads(event.body_summary), indent=2, ensure_ascii=False)
+        summary = json.dumps(status.body_summary(event), indent=2, ensure_ascii=False)
     link = AuditChainLink.objects.filter(event_seq=event.seq).first()
+    status.annotate_chain([event])
     back = "audit-events" if getattr(request.user, "is_portal_admin", False) else "my-activity"
     return render(
         request,

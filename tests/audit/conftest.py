@@ -1,16 +1,20 @@
-"""Fixtures for the audit tests: rows by request id, the fault switch, tampering, bulk rows."""
+"""Fixtures for the audit tests: rows by request id, the fault switch, tampering, bulk rows,
+forged rows."""
 
 from __future__ import annotations
 
 import contextlib
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connection, transaction
 from django.test import Client
 from django.utils import timezone
 
+from audit import chain
 from audit.models import AuditEvent
+from audit.services import audit_chain_seal
 
 
 @pytest.fixture
@@ -87,10 +91,132 @@ def make_events(
         if seqs is not None:
             row["seq"] = seqs[index]
         rows.append(AuditEvent(time=start + timedelta(milliseconds=step_ms * index), **row))
-    return AuditEvent.objects.bulk_create(rows, batch_size=5000)
+    made = AuditEvent.objects.bulk_create(rows, batch_size=5000)
+    if seqs is not None:
+        sync_sequence()
+    return made
 
 
 @pytest.fixture(autouse=True)
 def _fast_passwords(settings):
     """The personas' passwords are hashed with a fast hasher here: hundreds of them are made."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+# What the outside probe inserted: a row that reads "carol DELETE /api/v1/quotas/1/ 204".
+FORGED = {
+    "request_id": "forged-0001",
+    "actor_id": 3,
+    "actor_username": "carol",
+    "actor_role": "researcher",
+    "auth_method": "session",
+    "source_ip": "10.0.0.3",
+    "user_agent": "curl/8.5.0",
+    "method": "DELETE",
+    "route": "api/v1/^quotas/(?P<pk>[^/.]+)/$",
+    "view_name": "quota-detail",
+    "path": "/api/v1/quotas/1/",
+    "query": "",
+    "status": 204,
+    "outcome": "success",
+    "duration_us": 1800,
+    "object_ref": "portal.quota:1",
+    "action": "",
+    "error": "",
+    "body_bytes": None,
+    "body_digest": "",
+    "body_summary": "",
+    "app_version": "0.1.0",
+}
+
+
+def forge(*, time, seq: int | None = None, as_owner: bool = True, **fields) -> int:
+    """Insert one row with a plain INSERT, as anybody allowed to insert can (the append-only
+    trigger lets inserts through), and return its number: ``seq``, or by default the next
+    number the sequence gives, as an INSERT that leaves the number out gets.
+
+    PostgreSQL's CHECK constraint refuses a number below 1, so for those the forger is the
+    database's owner, who drops it first (in the test's transaction: it comes back when the
+    test ends)."""
+    values = {**FORGED, **fields, "time": connection.ops.adapt_datetimefield_value(time)}
+    columns = ", ".join(["seq", *chain.CONTENT_FIELDS])
+    marks = ", ".join(["%s"] * (1 + len(chain.CONTENT_FIELDS)))
+    postgres = connection.vendor == "postgresql"
+    with transaction.atomic(), connection.cursor() as cursor:
+        if seq is None:
+            cursor.execute(
+                "SELECT nextval(pg_get_serial_sequence('audit_event', 'seq'))"
+                if postgres
+                else "SELECT coalesce(max(seq), 0) + 1 FROM (SELECT seq FROM sqlite_sequence "
+                "WHERE name = 'audit_event' UNION ALL SELECT max(seq) FROM audit_event)"
+            )
+            seq = cursor.fetchone()[0]
+        if as_owner and seq <= 0 and postgres:
+            cursor.execute(
+                "ALTER TABLE audit_event DROP CONSTRAINT IF EXISTS audit_event_seq_positive"
+            )
+        cursor.execute(
+            f"INSERT INTO audit_event ({columns}) VALUES ({marks})",  # noqa: S608 - fixed names
+            [seq, *(values[name] for name in chain.CONTENT_FIELDS)],
+        )
+    return seq
+
+
+def sync_sequence() -> None:
+    """After rows were given chosen numbers, let PostgreSQL's sequence issue numbers above
+    them, as it would have (SQLite's AUTOINCREMENT does by itself)."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT setval(pg_get_serial_sequence('audit_event', 'seq'), GREATEST("
+            "(SELECT max(seq) FROM audit_event), "
+            "(SELECT last_value FROM audit_event_seq_seq)))"
+        )
+
+
+# An hour of log at the end of a month, sealed every five minutes: see ``hour``.
+T0 = datetime(2026, 11, 30, 23, 0, tzinfo=UTC)
+PERIOD = timedelta(minutes=5)
+MIDNIGHT = T0 + 12 * PERIOD
+
+
+@dataclass
+class Hour:
+    periods: list[list[int]]  # the seqs sealed by checkpoints 1-12, in order
+    old_gap: int  # a number never committed, inside checkpoint 5's range
+    fresh_gap: int  # the same inside checkpoint 12's, the last one
+
+
+@pytest.fixture
+def clock(time_machine):
+    time_machine.move_to(T0, tick=False)
+    return time_machine
+
+
+@pytest.fixture
+def hour(clock, settings) -> Hour:
+    """Twelve periods of five rows (30 s in, then every 50 s), numbered from 1000; the third
+    period is quiet, and one number in the fifth and one in the last were taken by inserts that
+    rolled back. Sealed at the end of each period, so the clock ends at midnight."""
+    settings.PORTAL_AUDIT_SEAL_SECONDS = 300
+    numbers = iter(range(1000, 2000))
+    periods: list[list[int]] = []
+    gaps = []
+    for index in range(12):
+        begins = T0 + index * PERIOD
+        seqs: list[int] = []
+        if index != 2:
+            seqs = [next(numbers) for _ in range(6 if index in (4, 11) else 5)]
+            if index in (4, 11):
+                gaps.append(seqs.pop(2))
+            # No actor id: the personas' ids vary from test to test, and none of them made
+            # these rows.
+            make_events(
+                5, start=begins + timedelta(seconds=30), step_ms=50_000, seqs=seqs, actor_id=None
+            )
+        clock.move_to(begins + PERIOD)
+        audit_chain_seal()
+        periods.append(seqs)
+    sync_sequence()
+    return Hour(periods=periods, old_gap=gaps[0], fresh_gap=gaps[1])

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from io import StringIO
 
 import pytest
 from django.core.management import call_command
-from django.utils import timezone
 
 from audit.models import AuditChainLink, AuditCheckpoint, AuditEvent, AuditExport, AuditPrune
 from audit.services import audit_chain_seal, audit_retention_apply
@@ -16,7 +15,14 @@ from audit.verify import audit_chain_verify
 from tests.audit.conftest import make_events, tampering
 
 pytestmark = pytest.mark.django_db
-NOW = timezone.now()
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture(autouse=True)
+def _frozen(time_machine):
+    """Retention writes its own row at the clock's time, and the seal checks that rows are not
+    dated after it: the clock stands at NOW."""
+    time_machine.move_to(NOW, tick=False)
 
 
 def days_ago(days: float):

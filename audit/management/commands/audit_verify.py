@@ -10,7 +10,10 @@ from audit.verify import audit_chain_verify
 class Command(BaseCommand):
     help = (
         "Walk the audit hash chain and its signed checkpoints and report every problem by "
-        "sequence number. Exit status 1 when anything does not verify."
+        "sequence number, rows inserted by hand included (numbered below 1, backdated, "
+        "postdated, slipped into the sealed range, out of order, never sealed). A range checks "
+        "every checkpoint that covers it and every row it selects. Exit status 1 when anything "
+        "does not verify."
     )
 
     def add_arguments(self, parser):

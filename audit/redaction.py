@@ -60,6 +60,11 @@ SUMMARY_SCAN_LIMIT = 32 * 1024
 _TOKEN_REACH = 256
 _SEPARATORS = frozenset(" \t\r\n\f\v\"'&,;:=<>()[]{}|\\")
 
+# Stands in for each character of a carried secret until the text is cut (see _scrub_carried).
+# U+FFFF is a noncharacter, which no text should hold; one that does sees it redacted.
+_MASK = "\uffff"
+_MASK_RUN = re.compile("\uffff+")
+
 # Key names, compared after lower-casing and dropping everything but letters and digits, so
 # "X-Api-Key", "api_key" and "apiKey" are one name. Substrings for the unmistakable words,
 # whole names for the short ones that also occur inside harmless words ("pin" in "spinner").
@@ -227,23 +232,38 @@ def _redact_whole(_match) -> bytes:
     return _REDACTED_BYTES
 
 
-def _scrub_carried(text: str) -> str:
-    # Over the whole text, before any cut: a secret cut in two would no longer be found.
-    for secret in request_secrets.get():
-        if secret in text:
-            text = text.replace(secret, REDACTED)
-    return text
+def _scrub_carried(text: str, end: int) -> str:
+    """The first ``end`` characters of ``text``, with every carried secret that starts among
+    them replaced: all of it, also where it runs on past ``end``.
+
+    Each secret is looked for only as far as it could reach from inside the cut, so the cost
+    does not grow with the text. Its characters are first masked one for one, so that the
+    cut falls where it would have without them."""
+    secrets = request_secrets.get()
+    if not secrets:
+        return text[:end]
+    region = text[: end + max(map(len, secrets))]
+    for secret in secrets:
+        reach = end + len(secret) - 1
+        if region.find(secret, 0, reach) != -1:
+            region = region[:reach].replace(secret, _MASK * len(secret)) + region[reach:]
+    head = region[:end]
+    return _MASK_RUN.sub(REDACTED, head) if _MASK in head else head
+
+
+def _scan_end(text: str, limit: int) -> int:
+    """Where the part of ``text`` that the patterns read ends."""
+    if len(text) <= limit:
+        return len(text)
+    for index in range(limit - 1, max(limit - _TOKEN_REACH, 0) - 1, -1):
+        if text[index] in _SEPARATORS:
+            return index + 1
+    return limit
 
 
 def _scan_window(text: str, limit: int) -> tuple[str, int]:
     """(the part of ``text`` the patterns read, how many characters after it they do not)."""
-    if len(text) <= limit:
-        return text, 0
-    end = limit
-    for index in range(limit - 1, max(limit - _TOKEN_REACH, 0) - 1, -1):
-        if text[index] in _SEPARATORS:
-            end = index + 1
-            break
+    end = _scan_end(text, limit)
     return text[:end], len(text) - end
 
 
@@ -275,8 +295,9 @@ def _redact_shapes(text: str, *, free_text: bool) -> str:
 def _redacted(text: str, *, limit: int, free_text: bool) -> str:
     if not text:
         return text
-    head, rest = _scan_window(_scrub_carried(text), limit)
-    head = _redact_shapes(head, free_text=free_text)
+    end = _scan_end(text, limit)
+    head = _redact_shapes(_scrub_carried(text, end), free_text=free_text)
+    rest = len(text) - end
     return f"{head}…(+{rest} not scanned)" if rest else head
 
 

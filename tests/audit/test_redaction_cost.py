@@ -196,8 +196,11 @@ def test_the_log_filter_scrubs_a_megabyte_message_and_traceback_promptly(carried
 
 def test_the_values_a_request_carries_are_collected_promptly():
     factory = RequestFactory()
-
-    def carried_by(text: str):
+    slow = []
+    # HTTP carries no lone surrogates (WSGI decodes headers as Latin-1).
+    for name, text in ADVERSARIAL.items():
+        if name == "surrogates":
+            continue
         request = factory.get(
             "/api/v1/instances/",
             {"api_key": text, "page": text},
@@ -205,10 +208,10 @@ def test_the_values_a_request_carries_are_collected_promptly():
             HTTP_X_API_KEY=text,
             HTTP_COOKIE=f"sessionid={text}; theme={text}",
         )
-        _carried_secrets(request)
-
-    # HTTP carries no lone surrogates (WSGI decodes headers as Latin-1).
-    assert not _too_slow(carried_by, {k: v for k, v in ADVERSARIAL.items() if k != "surrogates"})
+        seconds = _timed(_carried_secrets, request)
+        if seconds > BUDGET:
+            slow.append(f"{name}: {seconds:.2f} s")
+    assert not slow
 
 
 # --- what a bounded prefix means for what is stored -------------------------------------
@@ -286,10 +289,8 @@ def test_a_lone_surrogate_is_escaped_not_a_reason_to_fail():
 
 
 def test_the_linear_engine_is_what_runs_the_patterns():
-    # A pattern compiled by Python's re would backtrack again; every pattern that sees text
-    # of unbounded shape is RE2's.
-    import re2
-
+    # A pattern compiled by Python's re could backtrack again; every pattern that reads text
+    # of any shape is RE2's.
     for name in (
         "_PRIVATE_KEY",
         "_URL_CREDENTIALS",
@@ -299,4 +300,4 @@ def test_the_linear_engine_is_what_runs_the_patterns():
         "_RANDOM_RUN",
         "_MAYBE_SECRET",
     ):
-        assert isinstance(getattr(redaction, name), re2._Regexp), name
+        assert type(getattr(redaction, name)).__module__ == "re2", name

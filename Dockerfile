@@ -21,4 +21,4 @@ RUN DJANGO_DEBUG=0 DJANGO_SECRET_KEY=collectstatic-only \
     && useradd --create-home portal && mkdir -p var && chown -R portal var
 USER portal
 EXPOSE 8000
-CMD ["gunicorn", "portal.wsgi:application", "--bind", "0.0.0.0:8000"]
+CMD ["gunicorn", "portal.wsgi:application", "--config", "gunicorn.conf.py", "--bind", "0.0.0.0:8000"]

@@ -25,6 +25,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -43,6 +44,7 @@ from django.utils import timezone
 from audit.context import current_request_id, new_request_id, sane_request_id
 from audit.models import Outcome
 from audit.redaction import (
+    MAX_CARRIED_SECRETS,
     MIN_SECRET,
     ParsedBody,
     canonical_json,
@@ -170,14 +172,18 @@ def object_ref(request: HttpRequest, match) -> str:
 class _Call:
     """What the middleware knows about one request while it runs."""
 
-    def __init__(self, request: HttpRequest):
+    def __init__(self, request: HttpRequest, *, refusal: Refusal | None = None):
         self.request = request
         self.time = timezone.now()
         self.started = time.perf_counter()
         self.body: bytes | None = None
         self.body_error = ""
         self.parsed = ParsedBody()
-        if request.method not in SAFE_METHODS:
+        if refusal is not None:
+            self.body_error = (
+                "too large: not read" if refusal.status == 413 else "not read: request refused"
+            )
+        elif request.method not in SAFE_METHODS:
             # Read now, before a view consumes the stream; the view then reads the copy.
             try:
                 self.body = request.body
@@ -191,23 +197,30 @@ class _Call:
     def _parse(self) -> ParsedBody:
         request = self.request
         content_type = request.META.get("CONTENT_TYPE", "")
-        form = files = None
-        if content_type.startswith("multipart/form-data"):
-            try:
-                form, files = request.POST, request.FILES
-            except Exception:  # noqa: BLE001 - a broken upload is described, not parsed
-                form = files = None
-        return parse_body(self.body, content_type=content_type, form=form, files=files)
+        try:
+            form = files = None
+            if content_type.startswith("multipart/form-data"):
+                try:
+                    form, files = request.POST, request.FILES
+                except Exception:  # noqa: BLE001 - a broken upload is described, not parsed
+                    form = files = None
+            return parse_body(self.body, content_type=content_type, form=form, files=files)
+        except Exception as error:  # noqa: BLE001 - the row is written whatever the body is
+            log.warning("audit: could not summarise the body: %s", type(error).__name__)
+            return _unsummarised(self.body, error)
 
     @property
     def secrets(self) -> list[str]:
-        return secret_values(self.parsed.data)
+        try:
+            return secret_values(self.parsed.data)
+        except Exception:  # noqa: BLE001 - a body that cannot be walked carries none we know
+            return []
 
     def fields(self, response: HttpResponse, *, status: int | None = None) -> dict[str, Any]:
         request = self.request
         status = response.status_code if status is None else status
         match = getattr(request, "resolver_match", None)
-        if match is None:
+        if match is None and len(request.path_info) <= settings.PORTAL_MAX_PATH_LENGTH:
             try:
                 match = resolve(request.path_info)
             except Resolver404:
@@ -261,8 +274,7 @@ class _Call:
     def _body_fields(self) -> tuple[str, str, int | None]:
         request = self.request
         if self.body is None:
-            length = request.META.get("CONTENT_LENGTH") or ""
-            size = int(length) if length.isdigit() else None
+            size = content_length(request)
             # A claimed length that no column holds is recorded as unknown, not as a failed
             # insert that would leave the request without a row.
             if size is not None and size > MAX_RECORDED_BYTES:
@@ -270,7 +282,11 @@ class _Call:
             return canonical_json({"_body": self.body_error}), "", size
         if not self.body:
             return "", "", 0
-        summary, redacted = summarize(self.parsed)
+        try:
+            summary, redacted = summarize(self.parsed)
+        except Exception as error:  # noqa: BLE001 - the row is written whatever the body is
+            log.warning("audit: could not summarise the body: %s", type(error).__name__)
+            summary, redacted = summarize(_unsummarised(self.body, error))
         return summary, body_digest(self.body, keyed=redacted), len(self.body)
 
     def insert(self, response: HttpResponse, *, status: int | None = None) -> None:
@@ -283,15 +299,22 @@ class _Call:
             raise AuditUnavailable(type(error).__name__) from error
 
 
+def _unsummarised(body: bytes, error: Exception) -> ParsedBody:
+    # What could not be read cannot be shown to hold no secret: its digest is keyed.
+    return ParsedBody(
+        note={"_unparsed": f"{len(body)} bytes; summarising failed: {type(error).__name__}"},
+        suspicious=True,
+    )
+
+
 def _carried_secrets(request: HttpRequest) -> list[str]:
     """Values the request carries under secret names in its query string, headers and
     cookies (the session and CSRF cookies, and any long cookie value, which is a token more
     often than not)."""
     found: list[str] = []
-    query = request.META.get("QUERY_STRING", "")
-    if query:
-        found += [value for name, value in parse_qsl(query) if value and is_secret_key(name)]
     credential_cookies = {settings.SESSION_COOKIE_NAME, settings.CSRF_COOKIE_NAME}
+    # Headers and cookies first: when a request carries more than MAX_CARRIED_SECRETS values,
+    # the credentials of the caller's session are the ones kept.
     for name, value in request.META.items():
         if not name.startswith("HTTP_") or not value:
             continue
@@ -303,7 +326,83 @@ def _carried_secrets(request: HttpRequest) -> list[str]:
         elif is_secret_key(name[5:]):
             found.append(value)
             found.append(value.partition(" ")[2].strip())  # "Bearer <credential>"
+    # Only as much of the query as a stored row could show (a longer one is refused).
+    query = request.META.get("QUERY_STRING", "")[: settings.PORTAL_MAX_QUERY_LENGTH]
+    if query:
+        found += [value for name, value in parse_qsl(query) if value and is_secret_key(name)]
     return found
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A request refused before anything reads it: too long a URL or header, too big a body."""
+
+    status: int
+    code: str
+    detail: str
+
+    def response(self, request: HttpRequest) -> HttpResponse:
+        if request.path_info.startswith("/api/"):
+            return JsonResponse({"code": self.code, "detail": self.detail}, status=self.status)
+        return HttpResponse(self.detail, status=self.status, content_type="text/plain")
+
+
+def content_length(request: HttpRequest) -> int | None:
+    """The Content-Length the caller claimed, or None when it claimed none that reads."""
+    length = request.META.get("CONTENT_LENGTH") or ""
+    # int() of more than 4,300 digits raises; no body is that long.
+    if not (length.isascii() and length.isdigit()) or len(length) > 30:
+        return None
+    return int(length)
+
+
+def request_refusal(request: HttpRequest) -> Refusal | None:
+    """Why the request is refused by the limits in settings, or None.
+
+    Checked first, on lengths alone: nothing of an oversized request is parsed, resolved,
+    redacted or handed to a view. (gunicorn refuses longer lines and headers itself, before
+    Django: see gunicorn.conf.py.)
+    """
+    path = len(request.path)
+    if path > settings.PORTAL_MAX_PATH_LENGTH:
+        return Refusal(
+            414,
+            "uri_too_long",
+            f"The path is {path} characters long; "
+            f"the portal accepts at most {settings.PORTAL_MAX_PATH_LENGTH}.",
+        )
+    query = len(request.META.get("QUERY_STRING", ""))
+    if query > settings.PORTAL_MAX_QUERY_LENGTH:
+        return Refusal(
+            414,
+            "uri_too_long",
+            f"The query string is {query} characters long; "
+            f"the portal accepts at most {settings.PORTAL_MAX_QUERY_LENGTH}.",
+        )
+    for name, value in request.META.items():
+        if (
+            (name.startswith("HTTP_") or name == "CONTENT_TYPE")
+            and isinstance(value, str)
+            and len(value) > settings.PORTAL_MAX_HEADER_LENGTH
+        ):
+            header = name.removeprefix("HTTP_").replace("_", "-").title()
+            return Refusal(
+                431,
+                "header_too_large",
+                f"The {header} header is {len(value)} characters long; "
+                f"the portal accepts at most {settings.PORTAL_MAX_HEADER_LENGTH}.",
+            )
+    size = content_length(request) or 0
+    upload = request.META.get("CONTENT_TYPE", "").startswith("multipart/form-data")
+    limit = settings.PORTAL_MAX_UPLOAD_BYTES if upload else settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    if limit is not None and size > limit:
+        return Refusal(
+            413,
+            "body_too_large",
+            f"The body is {size} bytes; the portal accepts at most {limit} bytes "
+            f"{'in an upload' if upload else 'in a request body'}.",
+        )
+    return None
 
 
 def _role(user) -> str:
@@ -384,17 +483,21 @@ class AuditMiddleware:
             sane_request_id(request.headers.get("X-Request-ID")) or new_request_id()
         )
         token = current_request_id.set(request.request_id)
+        refusal = request_refusal(request)
         secrets = _carried_secrets(request)
         call = None
-        if settings.PORTAL_AUDIT_ENABLED and is_audited(request):
-            call = _Call(request)
+        if settings.PORTAL_AUDIT_ENABLED and (refusal is not None or is_audited(request)):
+            call = _Call(request, refusal=refusal)
             secrets += call.secrets
         # Scrubbed from logs and stored text for as long as this request runs.
+        kept = list(dict.fromkeys(s for s in secrets if len(s) >= MIN_SECRET))
         scrub = request_secrets.set(
-            tuple(sorted({s for s in secrets if len(s) >= MIN_SECRET}, key=len, reverse=True))
+            tuple(sorted(kept[:MAX_CARRIED_SECRETS], key=len, reverse=True))
         )
         try:
-            if call is None:
+            if refusal is not None:
+                response = self._refuse(request, call, refusal)
+            elif call is None:
                 response = self.get_response(request)
             elif request.method in SAFE_METHODS:
                 response = self._safe(request, call)
@@ -404,6 +507,18 @@ class AuditMiddleware:
             request_secrets.reset(scrub)
             current_request_id.reset(token)
         response["X-Request-ID"] = request.request_id
+        return response
+
+    def _refuse(self, request: HttpRequest, call: _Call | None, refusal: Refusal) -> HttpResponse:
+        request.audit_error = f"{refusal.code}: {refusal.detail}"
+        response = refusal.response(request)
+        if call is None:
+            return response
+        try:
+            call.insert(response)
+        except AuditUnavailable:
+            log.exception("audit: could not record %s %s", request.method, request.path[:200])
+            return _unavailable(request)
         return response
 
     def _safe(self, request: HttpRequest, call: _Call) -> HttpResponse:

@@ -230,6 +230,23 @@ PERMISSIONS_POLICY["clipboard-write"] = ["self"]
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_AGE = 12 * 3600
 
+# Request limits. Every request is measured against them before anything reads it (the audit
+# middleware, first in line): a longer path or query answers 414, a longer header 431, a bigger
+# body 413, each with {"code", "detail"} and an audit row. gunicorn (gunicorn.conf.py) refuses
+# longer request lines and header fields itself, before Django, without a row.
+# The largest JSON or form body; Django also applies it to the fields of a multipart form.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("DJANGO_DATA_UPLOAD_MAX_MEMORY_SIZE", 1024 * 1024)
+# The most fields a form or query string may have (Django answers 400 beyond it).
+DATA_UPLOAD_MAX_NUMBER_FIELDS = env_int("DJANGO_DATA_UPLOAD_MAX_NUMBER_FIELDS", 1000)
+# An uploaded file larger than this is spooled to a temporary file instead of memory.
+FILE_UPLOAD_MAX_MEMORY_SIZE = env_int("DJANGO_FILE_UPLOAD_MAX_MEMORY_SIZE", 2_621_440)
+# The largest multipart body, files included (a Cost and Usage Report upload).
+PORTAL_MAX_UPLOAD_BYTES = env_int("PORTAL_MAX_UPLOAD_BYTES", 100 * 1024 * 1024)
+# Characters of the path, of the query string, and of any one header value.
+PORTAL_MAX_PATH_LENGTH = env_int("PORTAL_MAX_PATH_LENGTH", 2048)
+PORTAL_MAX_QUERY_LENGTH = env_int("PORTAL_MAX_QUERY_LENGTH", 4096)
+PORTAL_MAX_HEADER_LENGTH = env_int("PORTAL_MAX_HEADER_LENGTH", 8192)
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "portal.authentication.BearerTokenAuthentication",
@@ -241,6 +258,13 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "portal.rest.exception_handler",
+    # DRF's own parsers, answering 400 (not 500) for what they let through: JSON nested too
+    # deeply, a form with too many fields.
+    "DEFAULT_PARSER_CLASSES": [
+        "portal.parsers.JSONParser",
+        "portal.parsers.FormParser",
+        "portal.parsers.MultiPartParser",
+    ],
     "DEFAULT_RENDERER_CLASSES": [
         "rest_framework.renderers.JSONRenderer",
         "rest_framework.renderers.BrowsableAPIRenderer",

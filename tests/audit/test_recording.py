@@ -294,13 +294,16 @@ def test_a_request_with_a_bad_host_is_recorded_too(web, db):
     assert (row.status, row.outcome, row.actor_role) == (400, "denied", "anonymous")
 
 
-def test_a_body_too_large_to_keep_is_described_and_still_refused_by_django(web, ada, settings):
+def test_a_body_too_large_is_refused_unread_with_413_and_recorded(web, ada, settings):
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 100
     body = json.dumps({"name": "x" * 500})
     response = web(ada).post("/api/v1/projects/", body, content_type="application/json")
-    assert response.status_code in (400, 405, 413)
+    assert response.status_code == 413
+    assert response.json()["code"] == "body_too_large"
+    assert "at most 100 bytes" in response.json()["detail"]
     row = row_for(response)
-    assert json.loads(row.body_summary) == {"_body": "too large to keep"}
+    assert (row.status, row.outcome, row.view_name) == (413, "denied", "project-list")
+    assert json.loads(row.body_summary) == {"_body": "too large: not read"}
     assert (row.body_bytes, row.body_digest) == (len(body), "")
 
 

@@ -31,6 +31,7 @@ def most_live_hosts_per_row() -> int:
     return max(counts, default=0)
 
 
+@pytest.mark.real_clock  # real workers stamp rows with the wall clock (tests/clock.py)
 def test_killing_the_worker_mid_provisioning_never_doubles_or_loses_a_host(
     place_order, alice, settings, capsys
 ):

@@ -10,6 +10,8 @@ from django.utils import timezone
 from instances.models import Instance, InstanceEvent
 from instances.services import IllegalTransition, instance_transition
 
+# Moves are stamped relative to now: the clock stands still while each test runs.
+pytestmark = pytest.mark.usefixtures("clock")
 S = Instance.Status
 LEGAL = [(old, new) for old, targets in Instance.ALLOWED.items() for new in sorted(targets)]
 ILLEGAL = [

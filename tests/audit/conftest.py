@@ -88,9 +88,3 @@ def make_events(
             row["seq"] = seqs[index]
         rows.append(AuditEvent(time=start + timedelta(milliseconds=step_ms * index), **row))
     return AuditEvent.objects.bulk_create(rows, batch_size=5000)
-
-
-@pytest.fixture(autouse=True)
-def _fast_passwords(settings):
-    """The personas' passwords are hashed with a fast hasher here: hundreds of them are made."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

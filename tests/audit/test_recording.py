@@ -316,7 +316,7 @@ def test_an_uploaded_file_is_listed_by_name_and_size_not_stored(web, ada):
     }
 
 
-def test_rows_written_by_the_middleware_filter_by_time_like_any_other(clock, as_alice):
+def test_rows_written_by_the_middleware_filter_by_time_like_any_other(as_alice):
     from django.utils import timezone
 
     before = timezone.now()

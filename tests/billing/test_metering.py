@@ -197,7 +197,7 @@ def test_a_late_spot_price_is_applied_to_a_host_already_metered(host, run, at, m
     assert billed(instance)[1] == 3600 * micros("0.35") + 3600 * micros("0.40")
 
 
-def test_a_list_price_change_in_the_catalog_enters_the_history(catalog):
+def test_a_list_price_change_in_the_catalog_enters_the_history(clock, catalog):
     kind = catalog["g5.xlarge"]
     assert ListPrice.objects.filter(instance_type=kind).count() == 1
     # The catalog was synced an hour ago.
@@ -415,7 +415,7 @@ def test_only_the_days_that_changed_are_rolled_up_again(host, run, at, meter):
     assert not RollupDelta.objects.exists()
 
 
-def test_the_meter_task_meters_and_rolls_up(host, run):
+def test_the_meter_task_meters_and_rolls_up(boundary_clock, host, run):
     from billing.tasks import meter_usage
 
     now = timezone.now()  # the task meters to the wall clock: a host stopped at once

@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 import time_machine
 from django.utils import timezone
 
-# A Tuesday morning in the middle of a month: 14 days to the month's end either way.
+# A Tuesday morning in the middle of a month, two weeks from either end of it.
 DEFAULT = datetime(2026, 11, 17, 10, 0, tzinfo=UTC)
 
 # The boundaries: the last half hour of a month (and of a year), the first minutes of the next,
@@ -35,9 +35,14 @@ INSTANTS = {
 
 
 def parse_instant(text: str) -> datetime:
-    """An ISO 8601 instant in UTC (``2026-11-30T23:30Z``); a bare time zone is refused, since a
-    local reading is exactly what these tests must not depend on."""
-    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    """An ISO 8601 instant with its time zone (``2026-11-30T23:30Z``): one without is refused,
+    since a local reading is exactly what these tests must not depend on."""
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(
+            f"--clock-at {text}: not an ISO 8601 instant, e.g. 2026-11-30T23:30Z"
+        ) from None
     if moment.tzinfo is None:
         raise ValueError(f"--clock-at {text}: give the time zone, e.g. {text}Z")
     return moment.astimezone(UTC)

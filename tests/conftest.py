@@ -75,6 +75,15 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason=reason))
 
 
+def pytest_configure(config):
+    given = config.getoption("--clock-at")
+    if given:
+        try:
+            clock.parse_instant(given)
+        except ValueError as error:
+            raise pytest.UsageError(str(error)) from None
+
+
 def pytest_sessionstart(session):
     if REQUIRE_SERVICES and not (_on_postgres() and _on_redis()):
         raise pytest.UsageError(

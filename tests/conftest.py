@@ -5,18 +5,26 @@ fin is finance.
 
 Tests that need PostgreSQL or Redis are marked; without those services they are skipped with a
 reason that ``make test`` prints. With PORTAL_REQUIRE_SERVICES=1 (CI) such a skip is an error.
+
+Every test runs at a fixed instant (tests/clock.py): ``clock`` freezes it, ``boundary_clock``
+runs a test at each month and day boundary, ``--clock-at`` moves the instant every other test
+starts at, and ``real_clock`` marks the tests that share the real clock with another process.
 """
 
 from __future__ import annotations
 
 import os
+from datetime import datetime
 
 import pytest
+import time_machine
 from django.conf import settings
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from portal.models import Membership, User
 from portal.services import membership_set, project_upsert, user_upsert
+from tests import clock
 
 # Billing's timeline fixtures (hosts moved at chosen cloud times, then metered) serve the billing
 # tests and the cost report's browser test.
@@ -34,7 +42,27 @@ def _on_redis() -> bool:
     return settings.CELERY_BROKER_URL.startswith(("redis://", "rediss://"))
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--clock-at",
+        metavar="ISO",
+        default=None,
+        help="start every test that has not chosen its instant at this UTC instant instead of "
+        f"{clock.DEFAULT:%Y-%m-%dT%H:%MZ} (e.g. 2026-11-30T23:30Z), to show it does not care "
+        "what day it is run on",
+    )
+
+
+# Fixtures that bring in another process with a clock of its own, which time-machine cannot
+# reach: a test using one runs on the real clock.
+OTHER_CLOCKS = {"worker_process", "live_server"}
+
+
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        other_clock = OTHER_CLOCKS & set(getattr(item, "fixturenames", ()))
+        if item.get_closest_marker("browser") or other_clock:
+            item.add_marker(pytest.mark.real_clock)
     reasons = {
         "postgres": (_on_postgres(), "needs PostgreSQL: set DATABASE_URL=postgres://..."),
         "redis": (_on_redis(), "needs Redis: set CELERY_BROKER_URL=redis://..."),
@@ -47,12 +75,70 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason=reason))
 
 
+def pytest_configure(config):
+    given = config.getoption("--clock-at")
+    if given:
+        try:
+            clock.parse_instant(given)
+        except ValueError as error:
+            raise pytest.UsageError(str(error)) from None
+
+
 def pytest_sessionstart(session):
     if REQUIRE_SERVICES and not (_on_postgres() and _on_redis()):
         raise pytest.UsageError(
             "PORTAL_REQUIRE_SERVICES=1 but DATABASE_URL/CELERY_BROKER_URL do not point at "
             "PostgreSQL and Redis; CI must not skip the tests that need them."
         )
+
+
+def _default_instant(config) -> tuple[str, datetime]:
+    given = config.getoption("--clock-at")
+    return ("clock-at", clock.parse_instant(given)) if given else ("default", clock.DEFAULT)
+
+
+@pytest.fixture(autouse=True)
+def _test_clock(request):
+    """The clock every test runs on, set up before any other fixture of the test writes a row.
+
+    By default it starts at the default instant and ticks; ``clock`` freezes it there,
+    ``boundary_clock`` freezes it at each of tests/clock.py's INSTANTS in turn, and a
+    ``real_clock`` test is left on the wall clock.
+    """
+    if request.node.get_closest_marker("real_clock"):
+        yield clock.Clock(name="real", start=timezone.now(), frozen=False)
+        return
+    callspec = getattr(request.node, "callspec", None)
+    boundary = callspec.params.get("boundary_clock") if callspec else None
+    if boundary is not None:
+        name, start = boundary, clock.INSTANTS[boundary]
+    else:
+        name, start = _default_instant(request.config)
+    frozen = boundary is not None or "clock" in request.fixturenames
+    with time_machine.travel(start, tick=not frozen) as traveller:
+        yield clock.Clock(name=name, start=start, frozen=frozen, _traveller=traveller)
+
+
+@pytest.fixture(name="clock")
+def frozen_clock(_test_clock) -> clock.Clock:
+    """The clock frozen at the default instant (or ``--clock-at``), for a test that reads the
+    calendar; ``clock.shift(timedelta(...))`` moves it on."""
+    return _test_clock
+
+
+@pytest.fixture(params=list(clock.INSTANTS))
+def boundary_clock(_test_clock) -> clock.Clock:
+    """The clock frozen at each of tests/clock.py's INSTANTS in turn: mid-month, 23:30 on the
+    last day of a month, 00:05 on the first, and 29 February. For the suites most exposed to
+    month and day boundaries; ``boundary_clock.name`` says which."""
+    return _test_clock
+
+
+@pytest.fixture(autouse=True)
+def _fast_passwords(settings):
+    """The personas' passwords are hashed with a fast hasher: Django's default takes half a
+    second per password here, and most tests make two to five personas."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 @pytest.fixture(autouse=True)

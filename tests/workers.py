@@ -10,6 +10,7 @@ import threading
 import time
 from pathlib import Path
 
+import time_machine
 from django.conf import settings
 from django.db import connection
 
@@ -68,6 +69,13 @@ class Worker:
         self._ready = threading.Event()
 
     def start(self, timeout: float = 30) -> Worker:
+        if time_machine.escape_hatch.is_travelling():
+            # The worker stamps rows with the wall clock while this process would compare them
+            # with a travelled one: thresholds such as "stuck for 60 s" would silently lie.
+            raise RuntimeError(
+                "a real worker runs on the wall clock: mark this test "
+                "@pytest.mark.real_clock (tests/clock.py)"
+            )
         self._ready.clear()
         self.process = subprocess.Popen(
             [

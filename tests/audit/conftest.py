@@ -97,12 +97,6 @@ def make_events(
     return made
 
 
-@pytest.fixture(autouse=True)
-def _fast_passwords(settings):
-    """The personas' passwords are hashed with a fast hasher here: hundreds of them are made."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 # What the outside probe inserted: a row that reads "carol DELETE /api/v1/quotas/1/ 204".
 FORGED = {
     "request_id": "forged-0001",

@@ -83,7 +83,7 @@ def test_each_filter_narrows_the_log(as_ada, log, query, count):
     assert len(results(as_ada.get(f"{URL}?{query}"))) == count
 
 
-def test_a_time_range_selects_by_when_the_call_happened(as_ada, log):
+def test_a_time_range_selects_by_when_the_call_happened(boundary_clock, as_ada, log):
     today = timezone.now().date().isoformat()
     assert len(results(as_ada.get(f"{URL}?since={today}"))) == 3
     assert len(results(as_ada.get(f"{URL}?until={today}"))) == 3

@@ -12,7 +12,8 @@ from audit.models import AuditChainLink, AuditCheckpoint, AuditEvent, AuditPrune
 from audit.services import audit_chain_seal, audit_retention_apply
 from tests.audit.conftest import make_events
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
+# The sealed periods are aged from now: the clock stands still while each test runs.
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db, pytest.mark.usefixtures("clock")]
 
 TABLES = ["audit_event", "audit_chain_link", "audit_checkpoint", "audit_prune"]
 

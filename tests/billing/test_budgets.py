@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
 from django.core import mail
 from django.utils import timezone
 
-from billing.budgets import budget_status, month_end
+from billing.budgets import budget_status
 from billing.models import Budget, BudgetAlert
 from billing.money import micros
 from billing.services import budget_set, budgets_check
@@ -32,20 +33,24 @@ def manager(projects, bob):
     return bob
 
 
+def month_left(now) -> timedelta:
+    """Time from ``now`` to the next first of a month at 00:00 UTC, worked out without the app."""
+    year, month = (now.year + 1, 1) if now.month == 12 else (now.year, now.month + 1)
+    return datetime(year, month, 1, tzinfo=UTC) - now
+
+
 def test_status_adds_running_hosts_to_the_end_of_their_lease_to_the_spend(
-    vision, ada, spend, running_host
+    boundary_clock, vision, ada, spend, running_host
 ):
     budget_set(project=vision, actor=ada, monthly_amount="100000")
     spend("250.00")
-    host = running_host(lease_hours=8)
+    running_host(lease_hours=8)
     status = budget_status(vision)
     assert status.spent_rs == micros("250") * 3600
-    now = timezone.now()
-    # To the end of the lease, or of the month when that comes first (the last day's evening).
-    expected_seconds = (min(host.lease_expires_at, month_end(now)) - now).total_seconds()
-    assert abs(status.committed_rs - G5 * expected_seconds) <= G5 * 5  # a few seconds pass
-    expected = micros("250") * 3600 + G5 * expected_seconds
-    assert abs(status.forecast_rs - expected) <= G5 * 5
+    # To the end of the lease, or of the month when that comes first (23:30 on its last day).
+    seconds = int(min(timedelta(hours=8), month_left(boundary_clock.now)).total_seconds())
+    assert status.committed_rs == G5 * seconds
+    assert status.forecast_rs == micros("250") * 3600 + G5 * seconds
 
 
 # --- the order-time check -----------------------------------------------------------------------
@@ -65,7 +70,7 @@ POLICY_TABLE = [
 
 @pytest.mark.parametrize(("policy", "market", "refused"), POLICY_TABLE)
 def test_an_order_that_does_not_fit_is_refused_as_the_policy_says(
-    policy, market, refused, vision, ada, alice, spend, api_as, order_body
+    clock, policy, market, refused, vision, ada, alice, spend, api_as, order_body
 ):
     # $10 left; 1 g5.xlarge for 24 h costs $24.14 on-demand (spot: the list price too, as no
     # spot price has been seen).
@@ -84,7 +89,9 @@ def test_an_order_that_does_not_fit_is_refused_as_the_policy_says(
         assert response.status_code == 201, response.content
 
 
-def test_an_order_that_fits_what_is_left_is_admitted(vision, ada, alice, spend, api_as, order_body):
+def test_an_order_that_fits_what_is_left_is_admitted(
+    clock, vision, ada, alice, spend, api_as, order_body
+):
     budget_set(project=vision, actor=ada, monthly_amount="100.00", policy="block_all")
     spend("70.00")
     response = api_as(alice).post("/api/v1/orders/", order_body(lease_hours=24), format="json")
@@ -92,23 +99,22 @@ def test_an_order_that_fits_what_is_left_is_admitted(vision, ada, alice, spend, 
 
 
 def test_running_hosts_count_against_what_is_left(
-    vision, ada, alice, running_host, place_order, catalog
+    boundary_clock, vision, ada, alice, running_host, place_order, catalog
 ):
     budget_set(project=vision, actor=ada, monthly_amount="1.50", policy="block_all")
     assert budget_status(vision).left == Decimal("1.50")  # $1.006 would fit on its own
-    host = running_host(lease_hours=1)  # commits about $1.006 for its hour
+    running_host(lease_hours=1)  # commits $1.006 for its hour ($0.503 at 23:30 on a last day)
     with pytest.raises(Exception) as refused:
         place_order(alice, lease_hours=1)  # another $1.006 does not fit beside it
     assert getattr(refused.value, "code", "") == "budget_exceeded"
     # What the running host commits: to the end of its lease (or of the month, if sooner).
     committed = Decimal(re.search(r"hosts running will cost \$([\d.]+)", str(refused.value))[1])
-    now = timezone.now()
-    seconds = (min(host.lease_expires_at, month_end(now)) - now).total_seconds()
-    assert abs(committed - Decimal("1.006") * Decimal(seconds) / 3600) <= Decimal("0.01")
+    seconds = min(timedelta(hours=1), month_left(boundary_clock.now)).total_seconds()
+    assert committed == (Decimal("1.006") * Decimal(seconds) / 3600).quantize(Decimal("0.01"))
 
 
 def test_spot_orders_are_checked_at_the_current_spot_price(
-    vision, ada, alice, spend, place_order, catalog
+    clock, vision, ada, alice, spend, place_order, catalog
 ):
     from instances.models import InstanceType
 
@@ -123,7 +129,7 @@ def test_spot_orders_are_checked_at_the_current_spot_price(
 
 
 def test_approving_a_held_order_checks_the_budget_again(
-    vision, ada, alice, spend, place_order, manager
+    clock, vision, ada, alice, spend, place_order, manager
 ):
     from portal.services import approval_policy_set
 
@@ -142,7 +148,7 @@ def test_approving_a_held_order_checks_the_budget_again(
 
 
 def test_crossing_thresholds_notifies_managers_and_finance_once(
-    vision, ada, fin, manager, alice, spend
+    boundary_clock, vision, ada, fin, manager, alice, spend
 ):
     budget_set(project=vision, actor=ada, monthly_amount="1000.00")
     spend("510.00")
@@ -160,7 +166,7 @@ def test_crossing_thresholds_notifies_managers_and_finance_once(
     assert budgets_check().alerts == ["vision-lab:actual:80", "vision-lab:forecast:80"]
 
 
-def test_a_raised_budget_warns_again_at_its_own_thresholds(vision, ada, fin, spend):
+def test_a_raised_budget_warns_again_at_its_own_thresholds(clock, vision, ada, fin, spend):
     budget_set(project=vision, actor=ada, monthly_amount="100.00")
     spend("90.00")
     assert "vision-lab:actual:80" in budgets_check().alerts
@@ -173,7 +179,9 @@ def test_a_raised_budget_warns_again_at_its_own_thresholds(vision, ada, fin, spe
     assert budgets_check().alerts == []
 
 
-def test_thresholds_crossed_together_make_one_notice_for_the_highest(vision, ada, fin, spend):
+def test_thresholds_crossed_together_make_one_notice_for_the_highest(
+    clock, vision, ada, fin, spend
+):
     budget_set(project=vision, actor=ada, monthly_amount="100.00")
     spend("150.00")
     budgets_check()
@@ -185,9 +193,10 @@ def test_thresholds_crossed_together_make_one_notice_for_the_highest(vision, ada
     ) == [f"vision-lab has spent 100% of its {_month()} budget"]
 
 
-def test_the_forecast_crosses_before_the_spend_does(vision, ada, fin, running_host):
-    budget_set(project=vision, actor=ada, monthly_amount="20.00")
-    running_host(lease_hours=24)  # about $24 to come, nothing spent yet
+def test_the_forecast_crosses_before_the_spend_does(boundary_clock, vision, ada, fin, running_host):
+    budget_set(project=vision, actor=ada, monthly_amount="0.40")
+    # Nothing spent yet; $1.006 to come this month, or $0.503 at 23:30 on its last day.
+    running_host(lease_hours=1)
     report = budgets_check()
     assert report.alerts == [
         "vision-lab:forecast:50",
@@ -199,7 +208,25 @@ def test_the_forecast_crosses_before_the_spend_does(vision, ada, fin, running_ho
     )
 
 
-def test_notices_are_emailed(vision, ada, fin, spend, django_capture_on_commit_callbacks):
+# A host with a 24 h lease ($24.14) against $20, at each instant: only what is left of the month
+# is forecast, so on a month's last day the forecast is what the remaining hours will cost.
+FORECAST_AT = {
+    "mid-month": ("24.14", [50, 80, 100]),
+    "month-end-23h30": ("0.50", []),  # 30 minutes left
+    "month-first-00h05": ("24.14", [50, 80, 100]),
+    "leap-day": ("12.07", [50]),  # 12 hours left of February
+}
+
+
+def test_the_forecast_ends_with_the_month(boundary_clock, vision, ada, fin, running_host):
+    budget_set(project=vision, actor=ada, monthly_amount="20.00")
+    running_host(lease_hours=24)
+    forecast, crossed = FORECAST_AT[boundary_clock.name]
+    assert budget_status(vision).forecast.quantize(Decimal("0.01")) == Decimal(forecast)
+    assert budgets_check().alerts == [f"vision-lab:forecast:{p}" for p in crossed]
+
+
+def test_notices_are_emailed(clock, vision, ada, fin, spend, django_capture_on_commit_callbacks):
     budget_set(project=vision, actor=ada, monthly_amount="100.00")
     spend("60.00")
     mail.outbox.clear()
@@ -212,7 +239,7 @@ def test_notices_are_emailed(vision, ada, fin, spend, django_capture_on_commit_c
 
 
 def test_stop_hosts_policy_stops_on_demand_and_terminates_spot_at_100_percent(
-    vision, ada, spend, running_host, django_capture_on_commit_callbacks, monkeypatch
+    clock, vision, ada, spend, running_host, django_capture_on_commit_callbacks, monkeypatch
 ):
     from instances import tasks
 
@@ -241,7 +268,7 @@ def test_stop_hosts_policy_stops_on_demand_and_terminates_spot_at_100_percent(
     assert on_demand.events.last().actor == "system:budget"
 
 
-def test_other_policies_leave_running_hosts_alone(vision, ada, spend, running_host):
+def test_other_policies_leave_running_hosts_alone(clock, vision, ada, spend, running_host):
     host = running_host()
     budget_set(project=vision, actor=ada, monthly_amount="10.00", policy="block_all")
     spend("50.00")
@@ -250,7 +277,7 @@ def test_other_policies_leave_running_hosts_alone(vision, ada, spend, running_ho
     assert host.status == Instance.Status.RUNNING
 
 
-def test_the_check_task_runs_the_check(vision, ada, spend):
+def test_the_check_task_runs_the_check(clock, vision, ada, spend):
     from billing.tasks import check_budgets
 
     budget_set(project=vision, actor=ada, monthly_amount="10.00")

@@ -109,6 +109,36 @@ def test_hosts_are_billed_as_the_rules_table_says(
     assert billed(instance) == (seconds, seconds * G5)
 
 
+@pytest.mark.parametrize("boundary_clock", ["month-end-23h30"], indirect=True)
+def test_a_host_running_into_a_new_month_and_year_is_billed_to_each(
+    boundary_clock, running_host, projects, fin, api_as
+):
+    """Started at 23:30 on 31 December and metered at 00:30: half an hour on each side, on
+    each day's row, in each month's budget spend and in each month of the cost report."""
+    from billing.budgets import budget_status
+
+    running_host()
+    boundary_clock.shift(timedelta(hours=1))
+    usage_meter()
+    rollups_refresh()
+    december, january = boundary_clock.start.date(), boundary_clock.now.date()
+    assert (december.isoformat(), january.isoformat()) == ("2026-12-31", "2027-01-01")
+    rows = Usage.objects.order_by("start").values_list("day", "seconds")
+    assert list(rows) == [(december, 1800), (january, 1800)]
+    vision = projects["vision-lab"]
+    assert budget_status(vision).spent_rs == 1800 * G5  # January's half hour only
+    assert budget_status(vision, now=boundary_clock.start).spent_rs == 1800 * G5
+    body = (
+        api_as(fin)
+        .get("/api/v1/costs/?start=2026-12-01&end=2027-01-31&granularity=month&group_by=project")
+        .json()
+    )
+    # $0.503 in each month; shown to the cent, the months add up to the $1.01 total.
+    periods = {p["period"]: p["cost"] for p in body["periods"]}
+    assert sorted(periods) == ["2026-12-01", "2027-01-01"]
+    assert sorted(periods.values()) == ["0.50", "0.51"] and body["total"]["cost"] == "1.01"
+
+
 def test_a_host_running_across_midnight_has_one_row_per_day(host, run, at, meter):
     instance = run(host(), at(hours=-1), at(hours=1))
     meter(now=at(hours=2))
@@ -167,7 +197,7 @@ def test_a_late_spot_price_is_applied_to_a_host_already_metered(host, run, at, m
     assert billed(instance)[1] == 3600 * micros("0.35") + 3600 * micros("0.40")
 
 
-def test_a_list_price_change_in_the_catalog_enters_the_history(catalog):
+def test_a_list_price_change_in_the_catalog_enters_the_history(clock, catalog):
     kind = catalog["g5.xlarge"]
     assert ListPrice.objects.filter(instance_type=kind).count() == 1
     # The catalog was synced an hour ago.
@@ -385,7 +415,7 @@ def test_only_the_days_that_changed_are_rolled_up_again(host, run, at, meter):
     assert not RollupDelta.objects.exists()
 
 
-def test_the_meter_task_meters_and_rolls_up(host, run):
+def test_the_meter_task_meters_and_rolls_up(boundary_clock, host, run):
     from billing.tasks import meter_usage
 
     now = timezone.now()  # the task meters to the wall clock: a host stopped at once

@@ -94,7 +94,7 @@ def test_costs_and_budgets_are_in_everyones_menu(client, alice, fin, ada):
 # --- budgets ------------------------------------------------------------------------------------
 
 
-def test_budget_page_has_a_bar_per_project(client, fin, ada, projects, spend):
+def test_budget_page_has_a_bar_per_project(boundary_clock, client, fin, ada, projects, spend):
     budget_set(project=projects["vision-lab"], actor=ada, monthly_amount="20.00")
     spend("12.50")  # this month, nothing running
     response, soup = page(client, fin, "/budgets/")
@@ -127,7 +127,7 @@ def test_researchers_read_their_projects_budgets_without_forms(client, alice, ad
 
 
 def test_the_dashboard_shows_each_project_spend_against_its_budget(
-    client, alice, ada, projects, catalog
+    boundary_clock, client, alice, ada, projects, catalog
 ):
     from django.utils import timezone
 

@@ -31,7 +31,7 @@ def test_the_beat_task_runs_the_refresh(catalog):
     assert refresh_spot_prices.apply().get() > 0
 
 
-def test_simulated_spot_price_moves_over_time_and_is_repeatable(settings):
+def test_simulated_spot_price_moves_over_time_and_is_repeatable(clock, settings):
     provider = SimulatedProvider()
     now = timezone.now()
     prices = {
@@ -43,7 +43,7 @@ def test_simulated_spot_price_moves_over_time_and_is_repeatable(settings):
     assert again == provider.spot_price_at("p5.48xlarge", Decimal("98.32"), now)
 
 
-def test_an_older_observation_never_replaces_a_newer_one(catalog):
+def test_an_older_observation_never_replaces_a_newer_one(clock, catalog):
     from instances.services import instance_type_record_spot_price
 
     row = catalog["g5.xlarge"]

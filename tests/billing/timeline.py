@@ -24,10 +24,15 @@ S = Instance.Status
 
 
 @pytest.fixture
-def base() -> datetime:
-    """Midnight UTC two days from now: every test's timeline starts here."""
-    today = timezone.now().astimezone(UTC).date()
-    return datetime.combine(today + timedelta(days=2), time(0), tzinfo=UTC)
+def base(clock) -> datetime:
+    """Midnight UTC three days from now, on a frozen clock: every test's timeline starts here.
+
+    Three days, so that the earliest move a test makes (30 h before) still comes after the
+    order that created the host, whatever the time of day: a move is never recorded earlier
+    than the one before it, and two days from 23:30 left only 24.5 h.
+    """
+    today = clock.now.astimezone(UTC).date()
+    return datetime.combine(today + timedelta(days=3), time(0), tzinfo=UTC)
 
 
 @pytest.fixture

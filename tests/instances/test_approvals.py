@@ -7,7 +7,6 @@ from decimal import Decimal
 
 import pytest
 from django.core import mail
-from django.utils import timezone
 
 from instances import services
 from instances.models import Instance, Order
@@ -125,9 +124,11 @@ def test_approval_checks_the_quota_again(waiting, ada, projects, api_as, place_o
     assert waiting.status == Order.Status.PENDING_APPROVAL
 
 
-def test_orders_nobody_decides_expire(waiting, bob, policy):
+def test_orders_nobody_decides_expire(boundary_clock, waiting, bob, policy):
     assert services.orders_expire() == []
-    Order.objects.filter(pk=waiting.pk).update(created_at=timezone.now() - timedelta(days=4))
+    boundary_clock.shift(timedelta(days=3, seconds=-1))  # a second short of the 3 days allowed
+    assert services.orders_expire() == []
+    boundary_clock.shift(timedelta(seconds=1))
     assert services.orders_expire() == [str(waiting.pk)]
     waiting.refresh_from_db()
     assert waiting.status == Order.Status.EXPIRED

@@ -377,6 +377,7 @@ def reconcile_pass(**merged: list) -> tuple[services.ReconcileReport, int]:
 
 @pytest.mark.postgres
 @pytest.mark.redis
+@pytest.mark.real_clock  # real workers stamp rows with the wall clock (tests/clock.py)
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_killed_anywhere_under_every_fault_leaves_one_host_per_instance(
     place_order, alice, catalog, settings, capsys

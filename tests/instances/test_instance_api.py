@@ -14,7 +14,7 @@ def act(client, instance, verb):
     return client.post(f"{URL}{instance.pk}/{verb}/")
 
 
-def test_owner_sees_her_running_host_with_an_ssh_command(api_as, alice, running_host):
+def test_owner_sees_her_running_host_with_an_ssh_command(clock, api_as, alice, running_host):
     host = running_host()
     body = api_as(alice).get(f"{URL}{host.pk}/").json()
     assert body["status"] == "running"

@@ -35,7 +35,7 @@ def live_cloud_hosts(instance) -> int:
     )
 
 
-def test_provisioning_launches_one_tagged_host_and_records_the_clouds_time(requested):
+def test_provisioning_launches_one_tagged_host_and_records_the_clouds_time(clock, requested):
     instance = requested()
     row = services.instance_provision(instance_id=instance.pk)
     host = SimulatedHost.objects.get(cloud_id=row.cloud_id)
@@ -56,7 +56,9 @@ def test_provisioning_twice_launches_nothing_more(requested):
     assert SimulatedHost.objects.count() == 1
 
 
-def test_a_host_still_booting_stays_provisioning_until_the_cloud_says_running(requested, settings):
+def test_a_host_still_booting_stays_provisioning_until_the_cloud_says_running(
+    clock, requested, settings
+):
     settings.PORTAL_SIMULATED_BOOT_SECONDS = 60
     instance = requested()
     row = services.instance_provision(instance_id=instance.pk)
@@ -137,7 +139,7 @@ def age(instance, seconds: int) -> None:
 
 
 def test_reconcile_reenqueues_a_request_whose_task_was_lost(
-    requested, django_capture_on_commit_callbacks, settings
+    clock, requested, django_capture_on_commit_callbacks, settings
 ):
     settings.PORTAL_RECONCILE_STUCK_SECONDS = 60
     fresh, lost = requested(), requested()
@@ -162,7 +164,7 @@ def test_reconcile_adopts_a_host_the_database_lost_track_of(requested):
     assert instance.events.filter(reason=f"adopted cloud host {host.cloud_id}").exists()
 
 
-def test_reconcile_terminates_orphans_after_the_grace_period(requested, settings):
+def test_reconcile_terminates_orphans_after_the_grace_period(clock, requested, settings):
     settings.PORTAL_ORPHAN_GRACE_SECONDS = 300
     instance = requested()
     services.instance_transition(instance=instance, to=S.FAILED, reason="x", actor="t")
@@ -176,7 +178,7 @@ def test_reconcile_terminates_orphans_after_the_grace_period(requested, settings
     assert instance.events.filter(reason=f"terminated orphan host {host.cloud_id}").exists()
 
 
-def test_reconcile_marks_ghosts_terminated_when_last_seen(running_host):
+def test_reconcile_marks_ghosts_terminated_when_last_seen(clock, running_host):
     instance = running_host()
     age(instance, 3600)  # running for an hour, last seen alive seven minutes ago
     seen = timezone.now() - timedelta(minutes=7)
@@ -194,7 +196,7 @@ def test_reconcile_marks_ghosts_terminated_when_last_seen(running_host):
     assert "the cloud no longer knows this host" in row.body_summary
 
 
-def test_a_host_missing_for_less_than_the_grace_is_not_a_ghost(running_host, settings):
+def test_a_host_missing_for_less_than_the_grace_is_not_a_ghost(clock, running_host, settings):
     """EC2's describe lags a launch: a host just seen and missing once is left alone."""
     settings.PORTAL_GHOST_GRACE_SECONDS = 180
     instance = running_host()
@@ -269,11 +271,15 @@ def test_the_same_token_with_other_parameters_is_refused_by_the_simulated_cloud(
     assert error.value.code == "IdempotentParameterMismatch"
 
 
-def test_a_host_whose_lease_ended_is_terminated(running_host, django_capture_on_commit_callbacks):
-    ended, current = running_host(), running_host()
-    Instance.objects.filter(pk=ended.pk).update(
-        lease_expires_at=timezone.now() - timedelta(seconds=1)
-    )
+def test_a_host_whose_lease_ended_is_terminated(
+    boundary_clock, running_host, django_capture_on_commit_callbacks
+):
+    ended = running_host()  # an 8 h lease from now
+    boundary_clock.shift(timedelta(hours=1))
+    current = running_host()  # an hour younger
+    boundary_clock.shift(timedelta(hours=7, seconds=-1))
+    assert services.leases_expire() == []  # a second before the first lease ends
+    boundary_clock.shift(timedelta(seconds=1))
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         assert services.leases_expire() == [str(ended.pk)]
     assert [c.args for c in callbacks] == [(str(ended.pk),)]

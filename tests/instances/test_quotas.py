@@ -181,7 +181,9 @@ ENDINGS = [
 
 
 @pytest.mark.parametrize("end", ENDINGS, ids=lambda f: f.__name__)
-def test_each_way_a_host_ends_fired_three_times_lowers_usage_once(running_host, alice, vision, end):
+def test_each_way_a_host_ends_fired_three_times_lowers_usage_once(
+    clock, running_host, alice, vision, end
+):
     keep = running_host(market="spot")
     host = running_host(market="spot")
     assert usage(project=vision).gpus == 2

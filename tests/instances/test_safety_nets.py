@@ -228,6 +228,7 @@ def test_every_host_the_portal_launches_is_tagged_with_its_deployment(running_ho
     assert host.tags[TAG_INSTANCE] == str(instance.pk)
 
 
+@pytest.mark.usefixtures("clock")  # ages against a frozen now
 def test_reconcile_does_not_end_another_deployments_host(catalog, settings):
     settings.PORTAL_ORPHAN_GRACE_SECONDS = 300
     theirs = launch_as("staging", settings)
@@ -243,6 +244,7 @@ def test_reconcile_does_not_end_another_deployments_host(catalog, settings):
     assert not Instance.objects.filter(cloud_id=theirs.cloud_id).exists()
 
 
+@pytest.mark.usefixtures("clock")  # ages against a frozen now
 def test_reconcile_does_not_adopt_another_deployments_host(place_order, alice, settings):
     """Staging restored from a copy of production's database knows production's instance ids:
     a staging host tagged with one of ours is still not ours."""
@@ -336,6 +338,7 @@ def time_passes(instance: Instance, seconds: int) -> None:
     InstanceEvent.objects.filter(instance=instance).update(at=F("at") - back)
 
 
+@pytest.mark.usefixtures("clock")  # ages against a frozen now
 def test_a_launch_nobody_carries_out_is_sent_again_a_few_times_then_fails(
     place_order, alice, settings, monkeypatch
 ):
@@ -367,6 +370,7 @@ def test_a_launch_nobody_carries_out_is_sent_again_a_few_times_then_fails(
     assert (failed.old_status, failed.actor) == (S.REQUESTED, "system:provision")
 
 
+@pytest.mark.usefixtures("clock")  # ages against a frozen now
 def test_a_stop_nobody_carries_out_is_handed_to_the_admins_once(
     running_host, alice, ada, settings, monkeypatch
 ):

@@ -67,14 +67,14 @@ def test_a_repeat_is_a_no_op(host):
     assert InstanceEvent.objects.filter(instance=host, new_status=S.PROVISIONING).count() == 1
 
 
-def test_the_lease_starts_when_the_host_first_runs(host):
+def test_the_lease_starts_when_the_host_first_runs(clock, host):
     put(host, S.PROVISIONING)
     started = timezone.now() - timedelta(minutes=3)
     row, _ = instance_transition(instance=host, to=S.RUNNING, reason="up", actor="x", at=started)
     assert row.lease_expires_at == started + timedelta(hours=8)
 
 
-def test_a_cloud_time_earlier_than_the_last_move_is_clamped(host):
+def test_a_cloud_time_earlier_than_the_last_move_is_clamped(clock, host):
     later = timezone.now() + timedelta(minutes=1)
     instance_transition(instance=host, to=S.PROVISIONING, reason="a", actor="x", at=later)
     row, _ = instance_transition(

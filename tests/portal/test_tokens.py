@@ -30,11 +30,11 @@ def bearer(api, secret):
     return api
 
 
-def test_username_and_password_in_token_out_once(issued, api, alice):
+def test_username_and_password_in_token_out_once(clock, issued, api, alice):
     assert issued["token"].startswith("gpp_") and issued["name"] == "laptop"
     assert issued["state"] == "active"
     expires = timezone.datetime.fromisoformat(issued["expires_at"])
-    assert timedelta(days=29) < expires - timezone.now() <= timedelta(days=30)
+    assert expires - timezone.now() == timedelta(days=30)  # the clock stood still
     listed = bearer(api, issued["token"]).get(URL).json()["results"]
     assert [row["prefix"] for row in listed] == [issued["prefix"]]
     assert "token" not in listed[0]
@@ -69,9 +69,11 @@ def test_wrong_password_gets_401_and_no_token(api, alice):
     assert not ApiToken.objects.exists()
 
 
-def test_an_expired_token_is_refused(api, alice):
-    token, secret = token_issue(user=alice, name="old", days=1)
-    ApiToken.objects.filter(pk=token.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+def test_an_expired_token_is_refused(boundary_clock, api, alice):
+    _, secret = token_issue(user=alice, name="old", days=1)
+    boundary_clock.shift(timedelta(days=1, seconds=-1))  # its last second
+    assert bearer(api, secret).get("/api/v1/instances/").status_code == 200
+    boundary_clock.shift(timedelta(seconds=1))
     response = bearer(api, secret).get("/api/v1/instances/")
     assert response.status_code == 401
     assert response.json()["code"] == "invalid_token"

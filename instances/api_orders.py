@@ -23,34 +23,12 @@ from instances.models import (
 )
 from instances.usage import cost_so_far, running_seconds
 from portal.models import Project
+from portal.rest import NUL_MESSAGE, LookupField, StrictSerializer, has_nul
 
 MONEY = {"max_digits": 14, "decimal_places": 6}
 
 
-class StrictSerializer(serializers.Serializer):
-    """Refuses fields it does not know, so a caller cannot set owner, status or prices."""
-
-    # DRF's own query parameters are not fields.
-    ignored = frozenset({"format"})
-
-    def to_internal_value(self, data):
-        if hasattr(data, "keys"):
-            unknown = sorted(set(data.keys()) - set(self.fields) - self.ignored)
-            if unknown:
-                raise serializers.ValidationError(
-                    {
-                        name: [
-                            f"{name} cannot be set; this endpoint accepts "
-                            f"{', '.join(sorted(self.fields))}."
-                        ]
-                        for name in unknown
-                    },
-                    code="unknown_field",
-                )
-        return super().to_internal_value(data)
-
-
-class ProjectOfCaller(serializers.SlugRelatedField):
+class ProjectOfCaller(LookupField):
     """A project slug, looked up among the projects the caller may see."""
 
     def get_queryset(self):
@@ -68,14 +46,14 @@ class OrderCreateSerializer(StrictSerializer):
         # project names are not for strangers to discover.
         error_messages={"does_not_exist": "You are not a member of a project called {value}."},
     )
-    instance_type = serializers.SlugRelatedField(
+    instance_type = LookupField(
         slug_field="name",
         queryset=InstanceType.objects.offered(),
         error_messages={
             "does_not_exist": "{value} is not in the catalog; see /api/v1/instance-types/."
         },
     )
-    image = serializers.SlugRelatedField(
+    image = LookupField(
         slug_field="name",
         queryset=Image.objects.filter(is_active=True),
         error_messages={"does_not_exist": "{value} is not an image; see /api/v1/images/."},
@@ -230,7 +208,7 @@ class DecisionSerializer(StrictSerializer):
 
 
 class EstimateQuerySerializer(StrictSerializer):
-    instance_type = serializers.SlugRelatedField(
+    instance_type = LookupField(
         slug_field="name",
         queryset=InstanceType.objects.offered(),
         error_messages={"does_not_exist": "{value} is not in the catalog."},
@@ -290,6 +268,10 @@ class OrderViewSet(
         if len(key) > 255:
             raise serializers.ValidationError(
                 {"Idempotency-Key": ["The key is longer than 255 characters."]}
+            )
+        if has_nul(key):
+            raise serializers.ValidationError(
+                {"Idempotency-Key": [NUL_MESSAGE]}, code="null_characters_not_allowed"
             )
         order, created = services.order_submit(
             requester=request.user, idempotency_key=key or None, **incoming.validated_data

@@ -10,6 +10,7 @@ from rest_framework.response import Response
 from instances.quotas import quota_catalog_problems, usage
 from portal.errors import Forbidden
 from portal.models import Project, Quota, QuotaChange, User
+from portal.rest import LookupField
 from portal.services import quota_delete, quota_set
 
 
@@ -22,8 +23,8 @@ class QuotaChangeSerializer(serializers.ModelSerializer):
 
 
 class QuotaSerializer(serializers.ModelSerializer):
-    project = serializers.SlugRelatedField(slug_field="slug", queryset=Project.objects.all())
-    member = serializers.SlugRelatedField(
+    project = LookupField(slug_field="slug", queryset=Project.objects.all())
+    member = LookupField(
         source="user",
         slug_field="username",
         queryset=User.objects.all(),

@@ -1,8 +1,10 @@
-"""API plumbing shared by every app: paging and the error shape.
+"""API plumbing shared by every app: paging, lookups and the error shape.
 
 Every error a caller can cause answers ``{"code": ..., "detail": ..., "fields": {...}}``:
 a machine-readable code, one sentence saying what to change, and per-field messages when the
-input had fields.
+input had fields. The body is bounded whatever the input: at most ``MAX_ERROR_FIELDS`` fields
+are listed, names and messages are cut to a fixed length, and ``omitted_fields`` says how many
+were left out (a 79 KB body of unknown keys once drew a 1.6 MB answer).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from django.core.exceptions import PermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
-from rest_framework import exceptions
+from rest_framework import exceptions, serializers
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 from rest_framework.serializers import as_serializer_error
@@ -18,10 +20,147 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from portal.errors import PortalError
 
+MAX_ERROR_FIELDS = 20
+MAX_FIELD_NAME = 100
+MAX_MESSAGE = 300
+MAX_DETAIL = 2000
+
+NUL = "\x00"
+NUL_MESSAGE = "Null characters are not allowed."
+
+
+def has_nul(value) -> bool:
+    return isinstance(value, str) and NUL in value
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else f"{text[: limit - 1]}…"
+
+
+def shown_name(name: str) -> str:
+    """A field name as an error may repeat it: printable (a NUL shows as \\x00) and short."""
+    return _cut(str(name).replace(NUL, "\\x00"), MAX_FIELD_NAME)
+
+
+def error_body(code: str, fields: dict[str, list[str]], detail: str | None = None) -> dict:
+    """The error shape for per-field problems, bounded in size whatever the input."""
+    names = list(fields)
+    kept: dict[str, list[str]] = {}
+    for name in names[:MAX_ERROR_FIELDS]:
+        kept[shown_name(name)] = [_cut(str(message), MAX_MESSAGE) for message in fields[name][:3]]
+    omitted = len(names) - len(kept)
+    if detail is None:
+        sentences = [
+            " ".join(messages) if name == "non_field_errors" else f"{name}: {' '.join(messages)}"
+            for name, messages in kept.items()
+        ]
+        detail = " ".join(sentences)
+    if omitted:
+        detail = f"{_cut(detail, MAX_DETAIL)} ({omitted} more fields not shown.)"
+    body = {"code": code, "detail": _cut(detail, MAX_DETAIL + 40), "fields": kept}
+    if omitted:
+        body["omitted_fields"] = omitted
+    return body
+
+
+def nul_error_body(fields: list[str]) -> dict:
+    # The code DRF's own CharField gives the same refusal.
+    return error_body("null_characters_not_allowed", {name: [NUL_MESSAGE] for name in fields})
+
+
+class ErrorSerializer(serializers.Serializer):
+    """What every 4xx answers (documented on every operation of the schema)."""
+
+    code = serializers.CharField(help_text="Machine-readable, e.g. invalid, not_found, conflict")
+    detail = serializers.CharField(help_text="One sentence saying what to change")
+    fields = serializers.DictField(
+        child=serializers.ListField(child=serializers.CharField()),
+        required=False,
+        help_text=f"Messages per field (at most {MAX_ERROR_FIELDS} fields)",
+    )
+    omitted_fields = serializers.IntegerField(
+        required=False, help_text="How many more fields had problems than are listed"
+    )
+
 
 class Pagination(PageNumberPagination):
+    """Pages of 50 (``page_size`` up to 500). A page or size that is not a whole number in range
+    answers 400; a page past the last one answers 404."""
+
     page_size_query_param = "page_size"
     max_page_size = 500
+    # Only numbers: "last" is not something the schema can promise alongside an integer.
+    last_page_strings = ()
+
+    def _whole(self, request, name: str, high: int | None = None) -> int | None:
+        raw = request.query_params.get(name)
+        if raw is None or raw == "":
+            return None
+        text = raw.strip()
+        value = int(text) if text.isascii() and text.isdigit() and len(text) <= 9 else 0
+        if value < 1 or (high is not None and value > high):
+            limit = f"from 1 to {high}" if high is not None else "of 1 or more"
+            raise exceptions.ValidationError(
+                {name: [f"{shown_name(raw)} is not a whole number {limit}."]}, code="invalid"
+            )
+        return value
+
+    def get_page_size(self, request):
+        size = self._whole(request, self.page_size_query_param, self.max_page_size)
+        return size or self.page_size
+
+    def get_page_number(self, request, paginator):
+        return self._whole(request, self.page_query_param) or 1
+
+    def get_schema_operation_parameters(self, view):
+        return [
+            {
+                "name": self.page_query_param,
+                "required": False,
+                "in": "query",
+                "description": "A page number (1 is the first); past the last page: 404.",
+                "schema": {"type": "integer", "minimum": 1, "maximum": 999_999_999},
+            },
+            {
+                "name": self.page_size_query_param,
+                "required": False,
+                "in": "query",
+                "description": f"Results per page (default {self.page_size}).",
+                "schema": {"type": "integer", "minimum": 1, "maximum": self.max_page_size},
+            },
+        ]
+
+
+class StrictSerializer(serializers.Serializer):
+    """Refuses fields it does not know, so a caller cannot set owner, status or prices. The
+    schema says so too (``additionalProperties: false``, see portal.schema)."""
+
+    rejects_unknown_fields = True
+    # DRF's own query parameters are not fields.
+    ignored = frozenset({"format"})
+
+    def to_internal_value(self, data):
+        if hasattr(data, "keys"):
+            unknown = sorted(set(data.keys()) - set(self.fields) - self.ignored)
+            if unknown:
+                accepts = f"this endpoint accepts {', '.join(sorted(self.fields))}."
+                raise serializers.ValidationError(
+                    {name: [f"{shown_name(name)} cannot be set; {accepts}"] for name in unknown},
+                    code="unknown_field",
+                )
+        return super().to_internal_value(data)
+
+
+class LookupField(serializers.SlugRelatedField):
+    """A reference by name or slug. A NUL byte is refused before the lookup (PostgreSQL cannot
+    compare text holding one), with the same message a CharField gives."""
+
+    default_error_messages = {"null_characters_not_allowed": NUL_MESSAGE}
+
+    def to_internal_value(self, data):
+        if has_nul(data):
+            self.fail("null_characters_not_allowed")
+        return super().to_internal_value(data)
 
 
 def _first_code(codes) -> str:
@@ -52,9 +191,9 @@ def _flatten(detail, prefix: str = "") -> dict[str, list[str]]:
 
 def exception_handler(exc, context):
     if isinstance(exc, PortalError):
-        body = {"code": exc.code, "detail": exc.message}
+        body = {"code": exc.code, "detail": _cut(exc.message, MAX_DETAIL)}
         if exc.field:
-            body["fields"] = {exc.field: [exc.message]}
+            body["fields"] = {shown_name(exc.field): [_cut(exc.message, MAX_MESSAGE)]}
         return Response(body, status=exc.status)
     if isinstance(exc, DjangoValidationError):
         exc = exceptions.ValidationError(detail=as_serializer_error(exc))
@@ -66,18 +205,9 @@ def exception_handler(exc, context):
     if response is None:
         return None
     if isinstance(exc, exceptions.ValidationError):
-        fields = _flatten(exc.detail)
-        sentences = [
-            " ".join(messages) if name == "non_field_errors" else f"{name}: {' '.join(messages)}"
-            for name, messages in fields.items()
-        ]
-        response.data = {
-            "code": _first_code(exc.get_codes()),
-            "detail": " ".join(sentences),
-            "fields": fields,
-        }
+        response.data = error_body(_first_code(exc.get_codes()), _flatten(exc.detail))
     else:
         detail = exc.detail if isinstance(exc, exceptions.APIException) else str(exc)
         code = _first_code(exc.get_codes()) if isinstance(exc, exceptions.APIException) else ""
-        response.data = {"code": code or "error", "detail": str(detail)}
+        response.data = {"code": code or "error", "detail": _cut(str(detail), MAX_DETAIL)}
     return response

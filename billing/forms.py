@@ -24,7 +24,9 @@ def this_month(today: date) -> tuple[date, date]:
 
 
 class ReportDayField(forms.DateField):
-    """A UTC day within the range reports cover (FIRST_DAY to LAST_DAY)."""
+    """A UTC day, YYYY-MM-DD, within the range reports cover (FIRST_DAY to LAST_DAY)."""
+
+    input_formats = ["%Y-%m-%d"]
 
     def validate(self, value):
         super().validate(value)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import django_filters
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db.models import Prefetch
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -23,7 +27,7 @@ from instances.models import (
 )
 from instances.usage import cost_so_far, running_seconds
 from portal.models import Project
-from portal.rest import NUL_MESSAGE, LookupField, StrictSerializer, has_nul
+from portal.rest import NUL_MESSAGE, LookupField, StrictSerializer, YesNoFilter, has_nul
 
 MONEY = {"max_digits": 14, "decimal_places": 6}
 
@@ -62,10 +66,31 @@ class OrderCreateSerializer(StrictSerializer):
     count = serializers.IntegerField(default=1)
     lease_hours = serializers.IntegerField(required=False)
     ssh_public_key = serializers.CharField(trim_whitespace=True)
-    max_spot_price = serializers.DecimalField(**MONEY, required=False, allow_null=True)
+    max_spot_price = serializers.DecimalField(
+        **MONEY,
+        required=False,
+        allow_null=True,
+        min_value=Decimal("0.000001"),
+        error_messages={"min_value": "max_spot_price must be more than 0."},
+    )
     interruption_policy = serializers.ChoiceField(
         choices=InterruptionPolicy.choices, required=False, allow_blank=True
     )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # The limits are settings, read when a request (or the schema) needs them.
+        for name, limit in (
+            ("count", settings.PORTAL_ORDER_MAX_COUNT),
+            ("lease_hours", settings.PORTAL_LEASE_MAX_HOURS),
+        ):
+            field = self.fields[name]
+            field.min_value, field.max_value = 1, limit
+            message = f"{name} must be between 1 and {limit}."
+            field.validators += [
+                MinValueValidator(1, message=message),
+                MaxValueValidator(limit, message=message),
+            ]
 
 
 class EventSerializer(serializers.ModelSerializer):
@@ -149,10 +174,22 @@ class EstimateSerializer(serializers.Serializer):
     basis = serializers.CharField()
 
 
+class SpotOnlyChoiceField(serializers.ChoiceField):
+    """A spot order's choice; on-demand orders store "" and show null."""
+
+    def to_representation(self, value):
+        return None if value in ("", None) else super().to_representation(value)
+
+
 class OrderSerializer(serializers.ModelSerializer):
     project = serializers.CharField(source="project.slug")
     requester = serializers.CharField(source="requester.username")
-    decided_by = serializers.CharField(source="decided_by.username", default=None)
+    decided_by = serializers.CharField(source="decided_by.username", default=None, allow_null=True)
+    interruption_policy = SpotOnlyChoiceField(
+        choices=InterruptionPolicy.choices,
+        allow_null=True,
+        help_text="What happens when the cloud takes a spot host back; null on on-demand",
+    )
     instance_type = serializers.CharField(source="instance_type.name")
     image = serializers.CharField(source="image.name")
     quoted_price_per_hour = serializers.DecimalField(**MONEY)
@@ -207,6 +244,12 @@ class DecisionSerializer(StrictSerializer):
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=500)
 
 
+class RejectionSerializer(StrictSerializer):
+    """What a rejection takes (documentation: the service says the same when it is missing)."""
+
+    reason = serializers.CharField(max_length=500, help_text="Why; the requester reads it")
+
+
 class EstimateQuerySerializer(StrictSerializer):
     instance_type = LookupField(
         slug_field="name",
@@ -222,6 +265,7 @@ def events_prefetch() -> Prefetch:
     return Prefetch("events", queryset=InstanceEvent.objects.order_by("at", "id"))
 
 
+@extend_schema_view(reject=extend_schema(request=RejectionSerializer))
 class OrderViewSet(
     mixins.CreateModelMixin,
     mixins.ListModelMixin,
@@ -320,14 +364,14 @@ class InstanceFilter(django_filters.FilterSet):
     project = django_filters.CharFilter(field_name="project__slug")
     instance_type = django_filters.CharFilter(field_name="instance_type__name")
     market = django_filters.ChoiceFilter(choices=Market.choices)
-    mine = django_filters.BooleanFilter(method="filter_mine", help_text="true: only my hosts")
+    mine = YesNoFilter(method="filter_mine", help_text="true: only my hosts")
 
     class Meta:
         model = Instance
         fields: list[str] = []
 
-    def filter_mine(self, queryset, name: str, value: bool):
-        return queryset.filter(owner=self.request.user) if value else queryset
+    def filter_mine(self, queryset, name: str, value: str):
+        return queryset.filter(owner=self.request.user) if value in ("true", "1") else queryset
 
 
 class InstanceViewSet(viewsets.ReadOnlyModelViewSet):

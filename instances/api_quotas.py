@@ -36,7 +36,9 @@ class QuotaSerializer(serializers.ModelSerializer):
     )
     allowed_instance_types = serializers.ListField(child=serializers.CharField(), required=False)
     allowed_markets = serializers.DictField(
-        child=serializers.ListField(child=serializers.ChoiceField(choices=["on_demand", "spot"])),
+        child=serializers.ListField(
+            child=serializers.ChoiceField(choices=["on_demand", "spot"]), min_length=1
+        ),
         required=False,
     )
     in_use = serializers.SerializerMethodField()

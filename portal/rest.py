@@ -9,13 +9,16 @@ were left out (a 79 KB body of unknown keys once drew a 1.6 MB answer).
 
 from __future__ import annotations
 
+import django_filters
 from django.core.exceptions import PermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.validators import ProhibitNullCharactersValidator
 from django.http import Http404
 from rest_framework import exceptions, serializers
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 from rest_framework.serializers import as_serializer_error
+from rest_framework.validators import ProhibitSurrogateCharactersValidator
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from portal.errors import PortalError
@@ -26,6 +29,8 @@ MAX_MESSAGE = 300
 MAX_DETAIL = 2000
 
 NUL = "\x00"
+# An empty query parameter is the same as none: documented as a valid value.
+EMPTY = {"type": "string", "enum": [""]}
 NUL_MESSAGE = "Null characters are not allowed."
 
 
@@ -83,6 +88,10 @@ class ErrorSerializer(serializers.Serializer):
     )
 
 
+# The highest page number anyone may ask for (any page past the last answers 404).
+LAST_PAGE = 10**18 - 1
+
+
 class Pagination(PageNumberPagination):
     """Pages of 50 (``page_size`` up to 500). A page or size that is not a whole number in range
     answers 400; a page past the last one answers 404."""
@@ -97,9 +106,10 @@ class Pagination(PageNumberPagination):
         if raw is None or raw == "":
             return None
         text = raw.strip()
-        value = int(text) if text.isascii() and text.isdigit() and len(text) <= 9 else 0
-        if value < 1 or (high is not None and value > high):
-            limit = f"from 1 to {high}" if high is not None else "of 1 or more"
+        high = high or LAST_PAGE
+        value = int(text) if text.isascii() and text.isdigit() and len(text) <= 18 else 0
+        if not 1 <= value <= high:
+            limit = f"from 1 to {high}"
             raise exceptions.ValidationError(
                 {name: [f"{shown_name(raw)} is not a whole number {limit}."]}, code="invalid"
             )
@@ -119,14 +129,21 @@ class Pagination(PageNumberPagination):
                 "required": False,
                 "in": "query",
                 "description": "A page number (1 is the first); past the last page: 404.",
-                "schema": {"type": "integer", "minimum": 1, "maximum": 999_999_999},
+                "schema": {
+                    "anyOf": [{"type": "integer", "minimum": 1, "maximum": LAST_PAGE}, EMPTY]
+                },
             },
             {
                 "name": self.page_size_query_param,
                 "required": False,
                 "in": "query",
                 "description": f"Results per page (default {self.page_size}).",
-                "schema": {"type": "integer", "minimum": 1, "maximum": self.max_page_size},
+                "schema": {
+                    "anyOf": [
+                        {"type": "integer", "minimum": 1, "maximum": self.max_page_size},
+                        EMPTY,
+                    ]
+                },
             },
         ]
 
@@ -152,14 +169,16 @@ class StrictSerializer(serializers.Serializer):
 
 
 class LookupField(serializers.SlugRelatedField):
-    """A reference by name or slug. A NUL byte is refused before the lookup (PostgreSQL cannot
-    compare text holding one), with the same message a CharField gives."""
-
-    default_error_messages = {"null_characters_not_allowed": NUL_MESSAGE}
+    """A reference by name or slug. Text PostgreSQL cannot compare (a NUL byte, a lone UTF-16
+    surrogate from a JSON escape) is refused before the lookup, as DRF's CharField refuses it."""
 
     def to_internal_value(self, data):
-        if has_nul(data):
-            self.fail("null_characters_not_allowed")
+        if isinstance(data, str):
+            for validator in (
+                ProhibitNullCharactersValidator(),
+                ProhibitSurrogateCharactersValidator(),
+            ):
+                validator(data)
         return super().to_internal_value(data)
 
 
@@ -211,3 +230,25 @@ def exception_handler(exc, context):
         code = _first_code(exc.get_codes()) if isinstance(exc, exceptions.APIException) else ""
         response.data = {"code": code or "error", "detail": _cut(str(detail), MAX_DETAIL)}
     return response
+
+
+YES_NO = [("true", "yes"), ("false", "no"), ("1", "yes"), ("0", "no")]
+
+
+class YesNoFilter(django_filters.ChoiceFilter):
+    """A yes/no filter that refuses anything but true, false, 1 or 0 (django-filter's own
+    BooleanFilter treats any other word as no filter at all)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("choices", YES_NO)
+        kwargs.setdefault("empty_label", None)
+        super().__init__(*args, **kwargs)
+        self.extra.setdefault(
+            "error_messages",
+            {"invalid_choice": "%(value)s is not a yes/no value; give true or false."},
+        )
+
+    def filter(self, qs, value):
+        if value in ("", None):
+            return qs
+        return super().filter(qs, value in ("true", "1"))

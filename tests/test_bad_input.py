@@ -110,6 +110,16 @@ def test_a_nul_in_a_quota_answers_400_and_sets_nothing(api_as, world, body, fiel
     assert not Quota.objects.exists()
 
 
+@pytest.mark.parametrize("field", ["project", "instance_type", "image"])
+def test_a_lone_surrogate_in_a_lookup_answers_400(api_as, world, order_body, field):
+    """JSON can carry half a UTF-16 pair ("\\ud800"), which no database text can hold."""
+    raw = json.dumps(order_body(**{field: "vision\ud800lab"}))
+    response = api_as(world["alice"]).post("/api/v1/orders/", raw, content_type="application/json")
+    body = refused(response, field)
+    assert "Surrogate characters are not allowed" in body["fields"][field][0]
+    assert not Order.objects.exists()
+
+
 def test_a_nul_in_the_token_endpoints_username_answers_400(api, world):
     response = api.post(
         "/api/v1/auth/tokens/", {"username": "al\x00ice", "password": "x"}, format="json"
@@ -160,8 +170,9 @@ def test_a_nul_in_the_login_form_answers_400(client, world):
 # --- over-long usernames at sign-in --------------------------------------------------------------
 
 LONG = "a" * 300
-# 1 MiB; spaced so that what is measured here is the sign-in, not the audit log's scan of it.
-HUGE = "a " * 524_288
+# A megabyte (under the request body limit); spaced so that what is measured here is the
+# sign-in, not the audit log's scan of it.
+HUGE = "a " * 500_000
 
 
 @pytest.mark.parametrize("username", [LONG, HUGE], ids=["300chars", "1MB"])
@@ -231,6 +242,58 @@ def test_the_edges_of_the_range_are_accepted(api_as, world):
     )
     assert response.status_code == 200, response.json()
     assert response.json()["periods"][-1]["period"] == "2099-12-28"
+
+
+@pytest.mark.parametrize(
+    ("start", "end"),
+    [
+        ("9999-12-31T00:00:00Z", "9999-12-31T23:00:00Z"),
+        ("0001-01-01T00:00:00Z", "0001-01-01T01:00:00Z"),
+        ("2026-11-01T00:00:00Z", "9999-12-31T23:59:59-05:00"),
+    ],
+)
+def test_a_bill_dated_outside_the_range_answers_400(client, world, start, end):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from billing.models import CurImport
+
+    header = "lineItem/LineItemType,lineItem/UsageStartDate,lineItem/UsageEndDate,"
+    header += "lineItem/ProductCode,lineItem/UsageType,lineItem/ResourceId,lineItem/UnblendedCost"
+    line = f"Usage,{start},{end},AmazonEC2,BoxUsage:g5.xlarge,i-0abc,1.00"
+    client.force_login(world["fin"])
+    upload = SimpleUploadedFile("cur.csv", f"{header}\n{line}\n".encode(), "text/csv")
+    response = client.post("/costs/reconciliation/", {"report": upload})
+    assert response.status_code == 400
+    assert "not a date and time" in response.content.decode() or "2099-12-31" in (
+        response.content.decode()
+    )
+    assert not CurImport.objects.exists()
+
+
+def test_a_reconciliation_number_past_any_integer_answers_404(client, world):
+    client.force_login(world["fin"])
+    assert client.get("/costs/reconciliation/?run=99999999999999999999999").status_code == 404
+    assert client.get("/costs/reconciliation.csv?run=99999999999999999999999").status_code == 404
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "since=2520-09-26T06:35:31%2B21:44",  # PostgreSQL refuses offsets past 15:59
+        "until=2026-11-30T12:00:00-23:59",
+    ],
+)
+def test_an_audit_time_with_a_wide_offset_is_read_in_utc(api_as, world, query):
+    assert api_as(world["ada"]).get(f"/api/v1/audit/events/?{query}").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [("since=9999-12-31T23:59:59-05:00", "since"), ("until=0001-01-01T00:00:00%2B05:00", "until")],
+)
+def test_an_audit_time_past_the_calendar_answers_400(api_as, world, query, field):
+    body = refused(api_as(world["ada"]).get(f"/api/v1/audit/events/?{query}"), field)
+    assert "outside the calendar" in body["fields"][field][0]
 
 
 # --- the user filter tells nobody who exists -----------------------------------------------------

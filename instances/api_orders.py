@@ -25,6 +25,7 @@ from instances.models import (
     Market,
     Order,
 )
+from instances.sshkeys import validate_public_key
 from instances.usage import cost_so_far, running_seconds
 from portal.models import Project
 from portal.rest import NUL_MESSAGE, LookupField, StrictSerializer, YesNoFilter, has_nul
@@ -91,6 +92,11 @@ class OrderCreateSerializer(StrictSerializer):
                 MinValueValidator(1, message=message),
                 MaxValueValidator(limit, message=message),
             ]
+
+    def validate_ssh_public_key(self, value: str) -> str:
+        # Checked here too so that a bad key is reported with the other field problems.
+        validate_public_key(value)
+        return value
 
 
 class EventSerializer(serializers.ModelSerializer):

@@ -23,8 +23,13 @@ class QuotaChangeSerializer(serializers.ModelSerializer):
 
 
 class QuotaSerializer(serializers.ModelSerializer):
-    project = LookupField(slug_field="slug", queryset=Project.objects.all())
+    project = LookupField(
+        slug_field="slug",
+        queryset=Project.objects.all(),
+        error_messages={"does_not_exist": "{value} is not a project; see /api/v1/projects/."},
+    )
     member = LookupField(
+        error_messages={"does_not_exist": "{value} is not a user."},
         source="user",
         slug_field="username",
         queryset=User.objects.all(),

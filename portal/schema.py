@@ -16,6 +16,7 @@ The property-based fuzz (tests/test_api_fuzz.py) holds the schema to what the AP
 from __future__ import annotations
 
 from django import forms
+from django.db import DatabaseError
 from drf_spectacular.contrib.django_filters import DjangoFilterExtension
 from drf_spectacular.openapi import AutoSchema
 from rest_framework import serializers
@@ -80,7 +81,13 @@ class PortalAutoSchema(AutoSchema):
 def form_field_schema(field: forms.Field) -> dict | None:
     """The schema of one query value as the form field that checks it accepts it."""
     if isinstance(field, forms.MultipleChoiceField | forms.ChoiceField):
-        return {"type": "string", "enum": [str(value) for value, _ in field.choices if value != ""]}
+        try:
+            values = [str(value) for value, _ in field.choices if value != ""]
+        except DatabaseError:
+            # Choices read from the catalog, asked where there is no database yet (manage.py
+            # check): documented as text.
+            values = []
+        return {"type": "string", "enum": values} if values else {"type": "string"}
     if isinstance(field, forms.DecimalField):
         return {"type": "string", "pattern": decimal_pattern(field)}
     if isinstance(field, forms.IntegerField):
@@ -106,9 +113,16 @@ def decimal_pattern(field) -> str:
     decimal_places, a point, and a minus sign only where negative values are allowed."""
     places = field.decimal_places or 0
     whole = (field.max_digits - places) if field.max_digits is not None else None
+    low = field.min_value
+    if low is not None and low > 0 and places and whole:
+        # More than zero: a non-zero whole part, or a fraction with a non-zero digit in it.
+        fractions = "|".join(
+            rf"0{{{zeros}}}[1-9]\d{{0,{places - zeros - 1}}}" for zeros in range(places)
+        )
+        return rf"^(?:[1-9]\d{{0,{whole - 1}}}(?:\.\d{{0,{places}}})?|0?\.(?:{fractions}))$"
     digits = rf"\d{{1,{whole}}}" if whole else r"\d+"
     number = rf"{digits}(?:\.\d{{0,{places}}})?|\.\d{{1,{places}}}" if places else digits
-    sign = "" if field.min_value is not None and field.min_value >= 0 else "-?"
+    sign = "" if low is not None and low >= 0 else "-?"
     return rf"^{sign}(?:{number})$"
 
 

@@ -172,11 +172,15 @@ def ssh_command(instance: Instance) -> str | None:
     return f"ssh {instance.image.ssh_user}@{instance.public_ip}"
 
 
+# An estimate may price up to 1,000 hosts for a year: more digits than one order's money.
+ESTIMATE_MONEY = {**MONEY, "max_digits": 20}
+
+
 class EstimateSerializer(serializers.Serializer):
     price_per_host_hour = serializers.DecimalField(**MONEY)
-    per_hour = serializers.DecimalField(**MONEY)
-    per_day = serializers.DecimalField(**MONEY)
-    per_lease = serializers.DecimalField(**MONEY)
+    per_hour = serializers.DecimalField(**ESTIMATE_MONEY)
+    per_day = serializers.DecimalField(**ESTIMATE_MONEY)
+    per_lease = serializers.DecimalField(**ESTIMATE_MONEY)
     basis = serializers.CharField()
 
 

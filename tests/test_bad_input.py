@@ -296,6 +296,15 @@ def test_an_audit_time_past_the_calendar_answers_400(api_as, world, query, field
     assert "outside the calendar" in body["fields"][field][0]
 
 
+def test_the_largest_estimate_is_priced_not_a_500(api_as, world):
+    response = api_as(world["alice"]).get(
+        "/api/v1/orders/estimate/?instance_type=p5e.48xlarge&market=spot"
+        "&count=1000&lease_hours=8784"
+    )
+    assert response.status_code == 200, response.content[:300]
+    assert float(response.json()["per_lease"]) > 1_000_000
+
+
 # --- the user filter tells nobody who exists -----------------------------------------------------
 
 

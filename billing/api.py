@@ -257,41 +257,6 @@ class AlertSerializer(serializers.ModelSerializer):
         fields = ["basis", "threshold", "created_at"]
 
 
-class BudgetSerializer(serializers.Serializer):
-    """A project's budget and where it stands this month (UTC)."""
-
-    project = serializers.CharField(source="project.slug", read_only=True)
-    name = serializers.CharField(source="project.name", read_only=True)
-    month = serializers.DateField(read_only=True)
-    monthly_amount = serializers.DecimalField(
-        max_digits=14,
-        decimal_places=2,
-        allow_null=True,
-        min_value=0,
-        coerce_to_string=True,
-        help_text="Dollars a month; null removes the budget",
-    )
-    thresholds = serializers.ListField(
-        child=serializers.IntegerField(min_value=1, max_value=1000),
-        required=False,
-        help_text="Alert at these percentages of the budget, on spend and on forecast",
-    )
-    policy = serializers.ChoiceField(
-        choices=Budget.Policy.choices,
-        required=False,
-        help_text="What happens at 100 % of the budget (admins choose)",
-    )
-    spent = serializers.DecimalField(**MONEY, read_only=True)
-    committed = serializers.DecimalField(**MONEY, read_only=True)
-    forecast = serializers.DecimalField(**MONEY, read_only=True)
-    left = serializers.DecimalField(**MONEY, read_only=True, allow_null=True)
-    percent_spent = serializers.IntegerField(read_only=True, allow_null=True)
-    percent_forecast = serializers.IntegerField(read_only=True, allow_null=True)
-    alerts = AlertSerializer(many=True, read_only=True)
-    updated_by = serializers.CharField(read_only=True, allow_null=True)
-    updated_at = serializers.DateTimeField(read_only=True, allow_null=True)
-
-
 @extend_schema_field(
     {
         "type": "array",
@@ -332,6 +297,25 @@ class BudgetInputSerializer(serializers.Serializer):
         required=False,
         help_text="What happens at 100 % of the budget (admins choose)",
     )
+
+
+class BudgetSerializer(BudgetInputSerializer):
+    """A project's budget and where it stands this month (UTC)."""
+
+    project = serializers.CharField(source="project.slug", read_only=True)
+    name = serializers.CharField(source="project.name", read_only=True)
+    month = serializers.DateField(read_only=True)
+    # A project without a budget has none.
+    thresholds = serializers.ListField(child=serializers.IntegerField(), read_only=True)
+    spent = serializers.DecimalField(**MONEY, read_only=True)
+    committed = serializers.DecimalField(**MONEY, read_only=True)
+    forecast = serializers.DecimalField(**MONEY, read_only=True)
+    left = serializers.DecimalField(**MONEY, read_only=True, allow_null=True)
+    percent_spent = serializers.IntegerField(read_only=True, allow_null=True)
+    percent_forecast = serializers.IntegerField(read_only=True, allow_null=True)
+    alerts = AlertSerializer(many=True, read_only=True)
+    updated_by = serializers.CharField(read_only=True, allow_null=True)
+    updated_at = serializers.DateTimeField(read_only=True, allow_null=True)
 
 
 def budget_body(status: BudgetStatus, alerts) -> dict:

@@ -6,6 +6,7 @@ Each filter says what it accepts, so a bad value gets a message that says what t
 from __future__ import annotations
 
 import re
+from datetime import UTC
 
 import django_filters
 from django import forms
@@ -18,6 +19,8 @@ _STATUS = re.compile(r"^(?:[1-5][0-9]{2}|[1-5]xx|0)$")
 
 
 class StatusField(forms.CharField):
+    # For the API schema: what clean() below accepts.
+    schema_pattern = r"^\s*(?:[1-5][0-9]{2}|[1-5][xX]{2}|0)\s*$"
     default_error_messages = {
         "invalid": "%(value)s is not a status; status accepts a code such as 404 or a class "
         "such as 4xx."
@@ -52,6 +55,27 @@ _TIME_ERRORS = {
 }
 
 
+class UtcDateTimeField(django_filters.fields.IsoDateTimeField):
+    """An ISO 8601 time, turned into UTC before it reaches the database (PostgreSQL refuses
+    offsets past 15:59, and a time at the calendar's edge may have no UTC equivalent)."""
+
+    def to_python(self, value):
+        moment = super().to_python(value)
+        if moment is None:
+            return None
+        try:
+            return moment.astimezone(UTC)
+        except OverflowError:
+            raise forms.ValidationError(
+                "That time is outside the calendar; give one between the years 1 and 9999 UTC.",
+                code="out_of_range",
+            ) from None
+
+
+class UtcDateTimeFilter(django_filters.IsoDateTimeFilter):
+    field_class = UtcDateTimeField
+
+
 class AuditEventFilter(django_filters.FilterSet):
     actor = django_filters.CharFilter(
         field_name="actor_username",
@@ -59,13 +83,13 @@ class AuditEventFilter(django_filters.FilterSet):
         max_length=150,
         help_text="Username of the actor, e.g. alice, or system:<task> for tasks and commands",
     )
-    since = django_filters.IsoDateTimeFilter(
+    since = UtcDateTimeFilter(
         field_name="time",
         lookup_expr="gte",
         error_messages=_TIME_ERRORS,
         help_text="Calls at or after this time (ISO 8601, UTC unless it says otherwise)",
     )
-    until = django_filters.IsoDateTimeFilter(
+    until = UtcDateTimeFilter(
         field_name="time",
         lookup_expr="lt",
         error_messages=_TIME_ERRORS,

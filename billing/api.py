@@ -10,19 +10,35 @@ from django.core.exceptions import ValidationError
 from django.http import StreamingHttpResponse
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+    extend_schema_serializer,
+)
 from rest_framework import serializers, viewsets
 from rest_framework.renderers import BaseRenderer, BrowsableAPIRenderer, JSONRenderer
 from rest_framework.response import Response
 
 from audit.services import audit_set_object
 from billing.budgets import BudgetStatus, budget_statuses
-from billing.forms import ReportForm
+from billing.forms import MAX_DAYS_BY_DAY, ReportForm
 from billing.models import Budget, BudgetAlert
-from billing.reports import GRANULARITIES, GROUPS, Figures, Report, cost_report, csv_rows
+from billing.reports import (
+    FIRST_DAY,
+    GRANULARITIES,
+    GROUPS,
+    LAST_DAY,
+    Figures,
+    Report,
+    cost_report,
+    csv_rows,
+)
 from billing.services import budget_set
 from instances.models import Market
 from portal.models import Project
+from portal.schema import NO_NUL
 
 MONEY = {"max_digits": 16, "decimal_places": 2, "coerce_to_string": True}
 
@@ -75,6 +91,7 @@ class PeriodSerializer(serializers.Serializer):
     spot = serializers.DecimalField(**MONEY)
 
 
+@extend_schema_serializer(many=False)
 class CostReportSerializer(serializers.Serializer):
     start = serializers.DateField()
     end = serializers.DateField()
@@ -163,17 +180,39 @@ def streamed_csv(report: Report) -> StreamingHttpResponse:
     return response
 
 
+def _choice(name: str, values, description: str) -> OpenApiParameter:
+    # An empty parameter is no choice (the Costs page sends empty fields), so "" is valid too.
+    return OpenApiParameter(name, OpenApiTypes.STR, enum=["", *values], description=description)
+
+
+def _text(name: str, description: str) -> OpenApiParameter:
+    return OpenApiParameter(name, {"type": "string", "pattern": NO_NUL}, description=description)
+
+
+def _day(name: str, description: str) -> OpenApiParameter:
+    return OpenApiParameter(
+        name,
+        {"type": "string", "pattern": DAY_PATTERN},
+        description=f"{description}; YYYY-MM-DD from {FIRST_DAY} to {LAST_DAY}",
+    )
+
+
+# A real day (leap days included) from 2000-01-01 to 2099-12-31, or nothing.
+DAY_PATTERN = (
+    r"^(?:20[0-9]{2}-(?:(?:0[1-9]|1[0-2])-(?:0[1-9]|1[0-9]|2[0-8])|(?:0[13-9]|1[0-2])-(?:29|30)"
+    r"|(?:0[13578]|1[02])-31)|20(?:[02468][048]|[13579][26])-02-29)?$"
+)
 REPORT_PARAMETERS = [
-    OpenApiParameter("start", OpenApiTypes.DATE, description="First UTC day (default: the 1st)"),
-    OpenApiParameter("end", OpenApiTypes.DATE, description="Last UTC day, included"),
-    OpenApiParameter("group_by", OpenApiTypes.STR, enum=list(GROUPS)),
-    OpenApiParameter("granularity", OpenApiTypes.STR, enum=list(GRANULARITIES)),
-    OpenApiParameter("project", OpenApiTypes.STR, description="Only this project (slug)"),
-    OpenApiParameter("user", OpenApiTypes.STR, description="Only this user (username)"),
-    OpenApiParameter("instance_type", OpenApiTypes.STR, description="Only this instance type"),
-    OpenApiParameter("gpu_model", OpenApiTypes.STR, description="Only this GPU model"),
-    OpenApiParameter("market", OpenApiTypes.STR, enum=list(Market.values)),
-    OpenApiParameter("format", OpenApiTypes.STR, enum=["json", "csv"], description="csv streams"),
+    _day("start", "First UTC day (default: the 1st of this month)"),
+    _day("end", "Last UTC day, included (default: today); not before start"),
+    _choice("group_by", GROUPS, "Lines per project (default), user, type, GPU model or market"),
+    _choice("granularity", GRANULARITIES, f"Periods; day covers at most {MAX_DAYS_BY_DAY} days"),
+    _text("project", "Only this project (slug)"),
+    _text("user", "Only this user (one whose costs you may see)"),
+    _text("instance_type", "Only this instance type"),
+    _text("gpu_model", "Only this GPU model"),
+    _choice("market", Market.values, "Only on-demand or only spot"),
+    _choice("format", ["json", "csv"], "csv streams the report as CSV"),
 ]
 
 
@@ -192,9 +231,12 @@ class CostViewSet(viewsets.ViewSet):
     @extend_schema(
         parameters=REPORT_PARAMETERS,
         responses={
-            200: OpenApiResponse(
-                CostReportSerializer, description="The report; with format=csv, a CSV stream"
-            )
+            (200, "application/json"): OpenApiResponse(
+                CostReportSerializer, description="The report"
+            ),
+            (200, "text/csv"): OpenApiResponse(
+                OpenApiTypes.STR, description="With format=csv: the report's lines and a total"
+            ),
         },
     )
     def list(self, request):
@@ -215,12 +257,27 @@ class AlertSerializer(serializers.ModelSerializer):
         fields = ["basis", "threshold", "created_at"]
 
 
-class BudgetSerializer(serializers.Serializer):
-    """A project's budget and where it stands this month (UTC)."""
+@extend_schema_field(
+    {
+        "type": "array",
+        "items": {"type": "integer", "minimum": 1, "maximum": 1000},
+        "minItems": 1,
+        "uniqueItems": True,
+    }
+)
+class PercentagesField(serializers.ListField):
+    """Alert thresholds as a budget takes them: whole percentages, each once."""
 
-    project = serializers.CharField(source="project.slug", read_only=True)
-    name = serializers.CharField(source="project.name", read_only=True)
-    month = serializers.DateField(read_only=True)
+    def to_internal_value(self, data):
+        values = super().to_internal_value(data)
+        if len(set(values)) != len(values):
+            raise serializers.ValidationError("Give each threshold once.", code="duplicate")
+        return values
+
+
+class BudgetInputSerializer(serializers.Serializer):
+    """What PUT /api/v1/budgets/{project}/ takes."""
+
     monthly_amount = serializers.DecimalField(
         max_digits=14,
         decimal_places=2,
@@ -229,8 +286,9 @@ class BudgetSerializer(serializers.Serializer):
         coerce_to_string=True,
         help_text="Dollars a month; null removes the budget",
     )
-    thresholds = serializers.ListField(
+    thresholds = PercentagesField(
         child=serializers.IntegerField(min_value=1, max_value=1000),
+        min_length=1,
         required=False,
         help_text="Alert at these percentages of the budget, on spend and on forecast",
     )
@@ -239,6 +297,16 @@ class BudgetSerializer(serializers.Serializer):
         required=False,
         help_text="What happens at 100 % of the budget (admins choose)",
     )
+
+
+class BudgetSerializer(BudgetInputSerializer):
+    """A project's budget and where it stands this month (UTC)."""
+
+    project = serializers.CharField(source="project.slug", read_only=True)
+    name = serializers.CharField(source="project.name", read_only=True)
+    month = serializers.DateField(read_only=True)
+    # A project without a budget has none.
+    thresholds = serializers.ListField(child=serializers.IntegerField(), read_only=True)
     spent = serializers.DecimalField(**MONEY, read_only=True)
     committed = serializers.DecimalField(**MONEY, read_only=True)
     forecast = serializers.DecimalField(**MONEY, read_only=True)
@@ -277,6 +345,8 @@ class BudgetViewSet(viewsets.GenericViewSet):
     serializer_class = BudgetSerializer
     lookup_field = "slug"
     lookup_value_regex = "[-a-zA-Z0-9_]+"
+    # One line per project the caller sees: a short list, never paged.
+    pagination_class = None
 
     def get_queryset(self):
         return Project.objects.for_user(self.request.user).order_by("slug")
@@ -299,9 +369,10 @@ class BudgetViewSet(viewsets.GenericViewSet):
         project = get_object_or_404(self.get_queryset(), slug=slug)
         return Response(BudgetSerializer(self._bodies([project])[0]).data)
 
+    @extend_schema(request=BudgetInputSerializer, responses=BudgetSerializer)
     def update(self, request, slug=None):
         project = get_object_or_404(self.get_queryset(), slug=slug)
-        incoming = BudgetSerializer(data=request.data)
+        incoming = BudgetInputSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
         data = incoming.validated_data
         budget_set(

@@ -32,6 +32,7 @@ from django.db.models import Sum
 
 from billing.models import CurResult, Usage
 from billing.money import RS_PER_DOLLAR
+from billing.reports import FIRST_DAY, LAST_DAY
 from instances.models import Instance
 from instances.providers.base import TAG_INSTANCE
 
@@ -85,11 +86,20 @@ def _when(text: str, column: str, row_number: int) -> datetime:
     value = text.strip().replace("Z", "+00:00").replace(" ", "T", 1)
     try:
         moment = datetime.fromisoformat(value)
-    except ValueError:
+        moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    except (ValueError, OverflowError):
         raise ValidationError(
-            f"Line {row_number}: {column} is {text!r}, not a date and time.", code="invalid_cur"
+            f"Line {row_number}: {column} is {text[:40]!r}, not a date and time.",
+            code="invalid_cur",
         ) from None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    # The days a report covers (the comparison steps a day past the last one).
+    if not FIRST_DAY <= moment.date() <= LAST_DAY:
+        raise ValidationError(
+            f"Line {row_number}: {column} is {moment.date()}, outside the days the portal "
+            f"reconciles ({FIRST_DAY} to {LAST_DAY}).",
+            code="invalid_cur",
+        )
+    return moment
 
 
 def _tag(row: dict, columns: dict) -> str:

@@ -6,12 +6,13 @@ from datetime import date, timedelta
 
 from django import forms
 from django.conf import settings
+from django.db.models import Q
 from django.utils import timezone
 
-from billing.models import Budget
-from billing.reports import GRANULARITIES, GROUPS, ReportQuery
+from billing.models import Budget, DailyRollup
+from billing.reports import FIRST_DAY, GRANULARITIES, GROUPS, LAST_DAY, ReportQuery
 from instances.models import InstanceType, Market
-from portal.models import Project, User
+from portal.models import Membership, Project, User
 
 # A day-by-day report longer than this is unreadable; week or month covers longer ranges.
 MAX_DAYS_BY_DAY = 366
@@ -22,11 +23,28 @@ def this_month(today: date) -> tuple[date, date]:
     return today.replace(day=1), today
 
 
+class ReportDayField(forms.DateField):
+    """A UTC day, YYYY-MM-DD, within the range reports cover (FIRST_DAY to LAST_DAY)."""
+
+    input_formats = ["%Y-%m-%d"]
+
+    def validate(self, value):
+        super().validate(value)
+        if value and not FIRST_DAY <= value <= LAST_DAY:
+            raise forms.ValidationError(
+                f"{value} is outside the days reports cover; give a day from {FIRST_DAY} to "
+                f"{LAST_DAY}.",
+                code="out_of_range",
+            )
+
+
 class ReportForm(forms.Form):
     """A cost report's parameters, shared by the Costs page, its CSV and GET /api/v1/costs/."""
 
-    start = forms.DateField(required=False, help_text="First UTC day, YYYY-MM-DD (default: 1st)")
-    end = forms.DateField(required=False, help_text="Last UTC day, included (default: today)")
+    start = ReportDayField(
+        required=False, help_text="First UTC day, YYYY-MM-DD (default: the 1st of this month)"
+    )
+    end = ReportDayField(required=False, help_text="Last UTC day, included (default: today)")
     group_by = forms.ChoiceField(choices=list(GROUPS.items()), required=False)
     granularity = forms.ChoiceField(choices=list(GRANULARITIES.items()), required=False)
     project = forms.CharField(required=False, help_text="A project's slug")
@@ -57,9 +75,13 @@ class ReportForm(forms.Form):
         name = self.cleaned_data["user"].strip()
         if not name:
             return None
-        user = User.objects.filter(username=name).first()
+        user = visible_users(self.viewer).filter(username=name).first()
         if user is None:
-            raise forms.ValidationError(f"There is no user {name}.", code="unknown")
+            # The same answer for a name nobody has and one the viewer may not see: the
+            # filter must not tell who has an account.
+            raise forms.ValidationError(
+                f"{name} is not a user whose costs you can see.", code="unknown"
+            )
         return user
 
     def clean_instance_type(self):
@@ -120,6 +142,20 @@ class ReportForm(forms.Form):
             gpu_model=(data.get("gpu_model") or "").strip(),
             market=data.get("market") or "",
         )
+
+
+def visible_users(viewer):
+    """Users whose costs the viewer may filter by: everyone for finance and admins; for a
+    researcher themselves, the members of their projects and whoever ran hosts in them."""
+    users = User.objects.all()
+    if viewer.sees_everything:
+        return users
+    projects = Membership.objects.filter(user=viewer).values("project_id")
+    return users.filter(
+        Q(pk=viewer.pk)
+        | Q(pk__in=Membership.objects.filter(project_id__in=projects).values("user_id"))
+        | Q(pk__in=DailyRollup.objects.for_user(viewer).values("user_id"))
+    )
 
 
 def presets(today: date) -> list[tuple[str, date, date]]:

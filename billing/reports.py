@@ -43,6 +43,10 @@ GROUPS = {
     "market": "Market",
 }
 GRANULARITIES = {"day": "Day", "week": "Week", "month": "Month"}
+# The days a report may cover. Beyond them the calendar arithmetic (the week or month after the
+# last day) leaves what dates can hold, and no host ran before 2000 or will after 2099.
+FIRST_DAY = date(2000, 1, 1)
+LAST_DAY = date(2099, 12, 31)
 _GROUP_FIELD = {
     "project": "project_id",
     "user": "user_id",

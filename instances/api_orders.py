@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import django_filters
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db.models import Prefetch
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -21,36 +25,15 @@ from instances.models import (
     Market,
     Order,
 )
+from instances.sshkeys import validate_public_key
 from instances.usage import cost_so_far, running_seconds
 from portal.models import Project
+from portal.rest import NUL_MESSAGE, LookupField, StrictSerializer, YesNoFilter, has_nul
 
 MONEY = {"max_digits": 14, "decimal_places": 6}
 
 
-class StrictSerializer(serializers.Serializer):
-    """Refuses fields it does not know, so a caller cannot set owner, status or prices."""
-
-    # DRF's own query parameters are not fields.
-    ignored = frozenset({"format"})
-
-    def to_internal_value(self, data):
-        if hasattr(data, "keys"):
-            unknown = sorted(set(data.keys()) - set(self.fields) - self.ignored)
-            if unknown:
-                raise serializers.ValidationError(
-                    {
-                        name: [
-                            f"{name} cannot be set; this endpoint accepts "
-                            f"{', '.join(sorted(self.fields))}."
-                        ]
-                        for name in unknown
-                    },
-                    code="unknown_field",
-                )
-        return super().to_internal_value(data)
-
-
-class ProjectOfCaller(serializers.SlugRelatedField):
+class ProjectOfCaller(LookupField):
     """A project slug, looked up among the projects the caller may see."""
 
     def get_queryset(self):
@@ -68,14 +51,14 @@ class OrderCreateSerializer(StrictSerializer):
         # project names are not for strangers to discover.
         error_messages={"does_not_exist": "You are not a member of a project called {value}."},
     )
-    instance_type = serializers.SlugRelatedField(
+    instance_type = LookupField(
         slug_field="name",
         queryset=InstanceType.objects.offered(),
         error_messages={
             "does_not_exist": "{value} is not in the catalog; see /api/v1/instance-types/."
         },
     )
-    image = serializers.SlugRelatedField(
+    image = LookupField(
         slug_field="name",
         queryset=Image.objects.filter(is_active=True),
         error_messages={"does_not_exist": "{value} is not an image; see /api/v1/images/."},
@@ -84,10 +67,36 @@ class OrderCreateSerializer(StrictSerializer):
     count = serializers.IntegerField(default=1)
     lease_hours = serializers.IntegerField(required=False)
     ssh_public_key = serializers.CharField(trim_whitespace=True)
-    max_spot_price = serializers.DecimalField(**MONEY, required=False, allow_null=True)
+    max_spot_price = serializers.DecimalField(
+        **MONEY,
+        required=False,
+        allow_null=True,
+        min_value=Decimal("0.000001"),
+        error_messages={"min_value": "max_spot_price must be more than 0."},
+    )
     interruption_policy = serializers.ChoiceField(
         choices=InterruptionPolicy.choices, required=False, allow_blank=True
     )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # The limits are settings, read when a request (or the schema) needs them.
+        for name, limit in (
+            ("count", settings.PORTAL_ORDER_MAX_COUNT),
+            ("lease_hours", settings.PORTAL_LEASE_MAX_HOURS),
+        ):
+            field = self.fields[name]
+            field.min_value, field.max_value = 1, limit
+            message = f"{name} must be between 1 and {limit}."
+            field.validators += [
+                MinValueValidator(1, message=message),
+                MaxValueValidator(limit, message=message),
+            ]
+
+    def validate_ssh_public_key(self, value: str) -> str:
+        # Checked here too so that a bad key is reported with the other field problems.
+        validate_public_key(value)
+        return value
 
 
 class EventSerializer(serializers.ModelSerializer):
@@ -163,18 +172,34 @@ def ssh_command(instance: Instance) -> str | None:
     return f"ssh {instance.image.ssh_user}@{instance.public_ip}"
 
 
+# An estimate may price up to 1,000 hosts for a year: more digits than one order's money.
+ESTIMATE_MONEY = {**MONEY, "max_digits": 20}
+
+
 class EstimateSerializer(serializers.Serializer):
     price_per_host_hour = serializers.DecimalField(**MONEY)
-    per_hour = serializers.DecimalField(**MONEY)
-    per_day = serializers.DecimalField(**MONEY)
-    per_lease = serializers.DecimalField(**MONEY)
+    per_hour = serializers.DecimalField(**ESTIMATE_MONEY)
+    per_day = serializers.DecimalField(**ESTIMATE_MONEY)
+    per_lease = serializers.DecimalField(**ESTIMATE_MONEY)
     basis = serializers.CharField()
+
+
+class SpotOnlyChoiceField(serializers.ChoiceField):
+    """A spot order's choice; on-demand orders store "" and show null."""
+
+    def to_representation(self, value):
+        return None if value in ("", None) else super().to_representation(value)
 
 
 class OrderSerializer(serializers.ModelSerializer):
     project = serializers.CharField(source="project.slug")
     requester = serializers.CharField(source="requester.username")
-    decided_by = serializers.CharField(source="decided_by.username", default=None)
+    decided_by = serializers.CharField(source="decided_by.username", default=None, allow_null=True)
+    interruption_policy = SpotOnlyChoiceField(
+        choices=InterruptionPolicy.choices,
+        allow_null=True,
+        help_text="What happens when the cloud takes a spot host back; null on on-demand",
+    )
     instance_type = serializers.CharField(source="instance_type.name")
     image = serializers.CharField(source="image.name")
     quoted_price_per_hour = serializers.DecimalField(**MONEY)
@@ -229,8 +254,14 @@ class DecisionSerializer(StrictSerializer):
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=500)
 
 
+class RejectionSerializer(StrictSerializer):
+    """What a rejection takes (documentation: the service says the same when it is missing)."""
+
+    reason = serializers.CharField(max_length=500, help_text="Why; the requester reads it")
+
+
 class EstimateQuerySerializer(StrictSerializer):
-    instance_type = serializers.SlugRelatedField(
+    instance_type = LookupField(
         slug_field="name",
         queryset=InstanceType.objects.offered(),
         error_messages={"does_not_exist": "{value} is not in the catalog."},
@@ -244,6 +275,7 @@ def events_prefetch() -> Prefetch:
     return Prefetch("events", queryset=InstanceEvent.objects.order_by("at", "id"))
 
 
+@extend_schema_view(reject=extend_schema(request=RejectionSerializer))
 class OrderViewSet(
     mixins.CreateModelMixin,
     mixins.ListModelMixin,
@@ -290,6 +322,10 @@ class OrderViewSet(
         if len(key) > 255:
             raise serializers.ValidationError(
                 {"Idempotency-Key": ["The key is longer than 255 characters."]}
+            )
+        if has_nul(key):
+            raise serializers.ValidationError(
+                {"Idempotency-Key": [NUL_MESSAGE]}, code="null_characters_not_allowed"
             )
         order, created = services.order_submit(
             requester=request.user, idempotency_key=key or None, **incoming.validated_data
@@ -340,14 +376,14 @@ class InstanceFilter(django_filters.FilterSet):
     project = django_filters.CharFilter(field_name="project__slug")
     instance_type = django_filters.CharFilter(field_name="instance_type__name")
     market = django_filters.ChoiceFilter(choices=Market.choices)
-    mine = django_filters.BooleanFilter(method="filter_mine", help_text="true: only my hosts")
+    mine = YesNoFilter(method="filter_mine", help_text="true: only my hosts")
 
     class Meta:
         model = Instance
         fields: list[str] = []
 
-    def filter_mine(self, queryset, name: str, value: bool):
-        return queryset.filter(owner=self.request.user) if value else queryset
+    def filter_mine(self, queryset, name: str, value: str):
+        return queryset.filter(owner=self.request.user) if value in ("true", "1") else queryset
 
 
 class InstanceViewSet(viewsets.ReadOnlyModelViewSet):

@@ -10,6 +10,7 @@ from rest_framework.response import Response
 from instances.quotas import quota_catalog_problems, usage
 from portal.errors import Forbidden
 from portal.models import Project, Quota, QuotaChange, User
+from portal.rest import LookupField
 from portal.services import quota_delete, quota_set
 
 
@@ -22,8 +23,13 @@ class QuotaChangeSerializer(serializers.ModelSerializer):
 
 
 class QuotaSerializer(serializers.ModelSerializer):
-    project = serializers.SlugRelatedField(slug_field="slug", queryset=Project.objects.all())
-    member = serializers.SlugRelatedField(
+    project = LookupField(
+        slug_field="slug",
+        queryset=Project.objects.all(),
+        error_messages={"does_not_exist": "{value} is not a project; see /api/v1/projects/."},
+    )
+    member = LookupField(
+        error_messages={"does_not_exist": "{value} is not a user."},
         source="user",
         slug_field="username",
         queryset=User.objects.all(),
@@ -35,7 +41,9 @@ class QuotaSerializer(serializers.ModelSerializer):
     )
     allowed_instance_types = serializers.ListField(child=serializers.CharField(), required=False)
     allowed_markets = serializers.DictField(
-        child=serializers.ListField(child=serializers.ChoiceField(choices=["on_demand", "spot"])),
+        child=serializers.ListField(
+            child=serializers.ChoiceField(choices=["on_demand", "spot"]), min_length=1
+        ),
         required=False,
     )
     in_use = serializers.SerializerMethodField()

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import django_filters
+from django.conf import settings
 from django.contrib.auth import authenticate
+from django.core.validators import MaxValueValidator
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions, mixins, serializers, status, viewsets
@@ -12,6 +15,7 @@ from rest_framework.throttling import ScopedRateThrottle
 
 from audit.services import audit_set_actor, audit_set_object
 from portal.models import ApiToken, Membership, Project
+from portal.rest import YesNoFilter
 from portal.services import token_issue, token_revoke
 
 
@@ -31,12 +35,20 @@ class ProjectSerializer(serializers.ModelSerializer):
         fields = ["slug", "name", "description", "is_active", "members"]
 
 
+class ProjectFilter(django_filters.FilterSet):
+    is_active = YesNoFilter(help_text="true: open projects; false: closed ones")
+
+    class Meta:
+        model = Project
+        fields: list[str] = []
+
+
 class ProjectViewSet(viewsets.ReadOnlyModelViewSet):
     """Projects the caller belongs to (admins and finance: all projects)."""
 
     serializer_class = ProjectSerializer
     lookup_field = "slug"
-    filterset_fields = ["is_active"]
+    filterset_class = ProjectFilter
 
     def get_queryset(self):
         return Project.objects.for_user(self.request.user).prefetch_related("memberships__user")
@@ -69,7 +81,16 @@ class TokenCreateSerializer(serializers.Serializer):
     username = serializers.CharField()
     password = serializers.CharField(style={"input_type": "password"}, trim_whitespace=False)
     name = serializers.CharField(max_length=100, default="api")
-    days = serializers.IntegerField(required=False)
+    days = serializers.IntegerField(required=False, min_value=1, help_text="Default 30")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # The longest life is a setting, read when a request (or the schema) needs it.
+        days = self.fields["days"]
+        days.max_value = settings.PORTAL_TOKEN_MAX_DAYS
+        days.validators.append(
+            MaxValueValidator(days.max_value, message=f"A token lives 1 to {days.max_value} days.")
+        )
 
 
 class TokenIssuedSerializer(TokenSerializer):

@@ -1,8 +1,13 @@
-"""Request-wide rules: every page needs a login, the API answers for itself."""
+"""Request-wide rules: every page needs a login, the API answers for itself, and no value
+with a NUL byte reaches a lookup."""
 
 from __future__ import annotations
 
 from django.contrib.auth.middleware import LoginRequiredMiddleware as DjangoLoginRequired
+from django.http import JsonResponse
+from django.shortcuts import render
+
+from portal.rest import has_nul, nul_error_body
 
 
 class LoginRequiredMiddleware(DjangoLoginRequired):
@@ -18,3 +23,40 @@ class LoginRequiredMiddleware(DjangoLoginRequired):
         if getattr(view_class, "is_page", False) and not request.user.is_authenticated:
             return self.handle_no_permission(request, view_func)
         return super().process_view(request, view_func, view_args, view_kwargs)
+
+
+class RejectNulMiddleware:
+    """A NUL byte in a URL part, a query parameter or a form field answers 400 naming the field.
+
+    PostgreSQL cannot store or compare text holding a NUL, so a lookup with one fails inside the
+    database (a 500) unless it is refused first. One check here covers every route's lookup
+    kwargs, every filter and page form; JSON bodies are checked by their serializer fields.
+    It runs after the login rule, so anonymous visitors are still sent to sign in first.
+    """
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        return self.get_response(request)
+
+    def process_view(self, request, view_func, view_args, view_kwargs):
+        fields = [name for name, value in view_kwargs.items() if has_nul(value)]
+        if any(has_nul(value) for value in view_args):
+            fields.append("path")
+        fields += _nul_fields(request.GET)
+        if request.method == "POST" and request.content_type in FORM_TYPES:
+            fields += _nul_fields(request.POST)
+        if not fields:
+            return None
+        body = nul_error_body(fields)
+        if request.path_info.startswith("/api/"):
+            return JsonResponse(body, status=400)
+        return render(request, "portal/bad_request.html", {"message": body["detail"]}, status=400)
+
+
+FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
+def _nul_fields(data) -> list[str]:
+    return [name for name, values in data.lists() if has_nul(name) or any(map(has_nul, values))]

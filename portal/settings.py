@@ -62,6 +62,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "portal.middleware.LoginRequiredMiddleware",
+    # A NUL in a URL part, query or form field answers 400 before any lookup sees it.
+    "portal.middleware.RejectNulMiddleware",
     # Last: it turns a locked-out sign-in into the lockout answer (429).
     "axes.middleware.AxesMiddleware",
 ]
@@ -117,6 +119,7 @@ AXES_COOLOFF_TIME = timedelta(minutes=15)
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_CALLABLE = "portal.views.lockout"
+AXES_USERNAME_CALLABLE = "portal.views.sign_in_username"
 AXES_HTTP_RESPONSE_CODE = 429
 AXES_VERBOSE = False
 # The same address the audit log records: X-Forwarded-For believed only as far as our proxies.
@@ -256,7 +259,7 @@ REST_FRAMEWORK = {
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "portal.rest.Pagination",
     "PAGE_SIZE": 50,
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "portal.schema.PortalAutoSchema",
     "EXCEPTION_HANDLER": "portal.rest.exception_handler",
     # DRF's own parsers, answering 400 (not 500) for what they let through: JSON nested too
     # deeply, a form with too many fields.
@@ -282,6 +285,9 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
     "COMPONENT_SPLIT_REQUEST": True,
+    # Request bodies are documented as JSON, the one form every endpoint's fields fit (lists,
+    # objects, null); form posts still work for the browsable API.
+    "PARSER_WHITELIST": ["rest_framework.parsers.JSONParser"],
     # Swagger UI from the installed sidecar package, never from a CDN at run time.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

@@ -122,6 +122,19 @@ def tokens_page(request: HttpRequest) -> HttpResponse:
     return response
 
 
+# AccessAttempt.username holds this many characters; a longer name must not reach the table.
+AXES_USERNAME_LENGTH = 255
+
+
+def sign_in_username(request: HttpRequest, credentials: dict | None = None) -> str | None:
+    """The name django-axes counts a sign-in under (AXES_USERNAME_CALLABLE), cut to what its
+    table holds: an over-long name is an ordinary failed sign-in and still counts towards the
+    lock (names that share their first 255 characters share one count)."""
+    source = credentials if credentials else getattr(request, "data", request.POST)
+    name = source.get("username") if source else None
+    return name[:AXES_USERNAME_LENGTH] if isinstance(name, str) else name
+
+
 def lockout(request: HttpRequest, credentials: dict | None = None, *args) -> HttpResponse:
     """What django-axes answers after too many failed sign-ins: 429 with Retry-After."""
     retry = int(settings.AXES_COOLOFF_TIME.total_seconds())

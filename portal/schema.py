@@ -1,0 +1,146 @@
+"""The OpenAPI schema says what the API answers and accepts, errors included.
+
+Done here once, not per view, so a new view cannot forget:
+
+- every operation documents the error answers any call can get (400, 401, 403, 404, 409, 429)
+  with the one error body (``Error``);
+- a request body that refuses unknown fields says ``additionalProperties: false``;
+- a text field that refuses blanks says so with a pattern (it is trimmed first);
+- a filter parameter is documented from the form field that checks it (type, bounds, choices,
+  decimal places), and as empty-or-that: an empty parameter is no filter (the pages send empty
+  fields), so an empty value is valid input, not an error.
+
+The property-based fuzz (tests/test_api_fuzz.py) holds the schema to what the API does.
+"""
+
+from __future__ import annotations
+
+from django import forms
+from django.db import DatabaseError
+from drf_spectacular.contrib.django_filters import DjangoFilterExtension
+from drf_spectacular.openapi import AutoSchema
+from rest_framework import serializers
+
+from portal.rest import EMPTY, ErrorSerializer
+
+ERRORS = {
+    "400": "The input is not valid; `fields` names what to change.",
+    "401": "Not signed in: send a session cookie or `Authorization: Bearer <token>`.",
+    "403": "Signed in, but not allowed to do this.",
+    "404": "No such object, or not one the caller may see.",
+    "409": "The state of things refuses it (quota, budget, a host's status).",
+    "429": "Too many requests or failed sign-ins; `Retry-After` says when to try again.",
+}
+# Text with something in it besides whitespace, and no NUL (which PostgreSQL cannot hold).
+NOT_BLANK = r"^[^\x00]*[^\s\x00][^\x00]*$"
+NO_NUL = r"^[^\x00]*$"
+
+
+class PortalAutoSchema(AutoSchema):
+    def _get_response_bodies(self, direction="response"):
+        responses = super()._get_response_bodies(direction)
+        for status, description in ERRORS.items():
+            if status not in responses:
+                error = self._get_response_for_code(ErrorSerializer, status, direction=direction)
+                error["description"] = description
+                responses[status] = error
+        return responses
+
+    def _resolve_path_parameters(self, variables):
+        parameters = super()._resolve_path_parameters(variables)
+        for parameter in parameters:
+            schema = parameter["schema"]
+            # A NUL in the path answers 400 (portal.middleware.RejectNulMiddleware).
+            if schema.get("pattern") == "^[^/]+$":
+                schema["pattern"] = r"^[^/\x00]+$"
+        return parameters
+
+    def _map_basic_serializer(self, serializer, direction):
+        schema = super()._map_basic_serializer(serializer, direction)
+        if direction == "request" and getattr(serializer, "rejects_unknown_fields", False):
+            schema["additionalProperties"] = False
+        return schema
+
+    def _map_serializer_field(self, field, direction, bypass_extensions=False):
+        schema = super()._map_serializer_field(field, direction, bypass_extensions)
+        if isinstance(field, serializers.DecimalField) and "pattern" in schema:
+            # drf-spectacular's pattern also matches "", "." and "-" on a field that refuses
+            # them; this one says what DRF takes: a digit at least, a sign only if allowed.
+            schema["pattern"] = decimal_pattern(field)
+        if (
+            direction == "request"
+            and type(field) is serializers.CharField
+            and schema.get("type") == "string"
+            and "pattern" not in schema
+        ):
+            blank_ok = field.allow_blank or not field.trim_whitespace
+            schema["pattern"] = NO_NUL if blank_ok else NOT_BLANK
+        return schema
+
+
+def form_field_schema(field: forms.Field) -> dict | None:
+    """The schema of one query value as the form field that checks it accepts it."""
+    if isinstance(field, forms.MultipleChoiceField | forms.ChoiceField):
+        try:
+            values = [str(value) for value, _ in field.choices if value != ""]
+        except DatabaseError:
+            # Choices read from the catalog, asked where there is no database yet (manage.py
+            # check): documented as text.
+            values = []
+        return {"type": "string", "enum": values} if values else {"type": "string"}
+    if isinstance(field, forms.DecimalField):
+        return {"type": "string", "pattern": decimal_pattern(field)}
+    if isinstance(field, forms.IntegerField):
+        schema: dict = {"type": "integer"}
+        if field.min_value is not None:
+            schema["minimum"] = field.min_value
+        if field.max_value is not None:
+            schema["maximum"] = field.max_value
+        return schema
+    if isinstance(field, forms.DateTimeField):
+        return {"type": "string", "format": "date-time"}
+    if isinstance(field, forms.CharField) and not isinstance(field, forms.ModelChoiceField):
+        # A field with its own grammar says it as `schema_pattern`.
+        schema = {"type": "string", "pattern": getattr(field, "schema_pattern", NO_NUL)}
+        if field.max_length is not None:
+            schema["maxLength"] = field.max_length
+        return schema
+    return None
+
+
+def decimal_pattern(field) -> str:
+    """A form or serializer DecimalField's accepted text: digits within max_digits and
+    decimal_places, a point, and a minus sign only where negative values are allowed."""
+    places = field.decimal_places or 0
+    whole = (field.max_digits - places) if field.max_digits is not None else None
+    low = field.min_value
+    if low is not None and low > 0 and places and whole:
+        # More than zero: a non-zero whole part, or a fraction with a non-zero digit in it.
+        fractions = "|".join(
+            rf"0{{{zeros}}}[1-9]\d{{0,{places - zeros - 1}}}" for zeros in range(places)
+        )
+        return rf"^(?:[1-9]\d{{0,{whole - 1}}}(?:\.\d{{0,{places}}})?|0?\.(?:{fractions}))$"
+    digits = rf"\d{{1,{whole}}}" if whole else r"\d+"
+    number = rf"{digits}(?:\.\d{{0,{places}}})?|\.\d{{1,{places}}}" if places else digits
+    sign = "" if low is not None and low >= 0 else "-?"
+    return rf"^{sign}(?:{number})$"
+
+
+class FormFieldFilterExtension(DjangoFilterExtension):
+    """django-filter parameters documented from their form fields (see the module docstring)."""
+
+    priority = 1
+
+    def resolve_filter_field(self, auto_schema, model, filterset_class, field_name, filter_field):
+        parameters = super().resolve_filter_field(
+            auto_schema, model, filterset_class, field_name, filter_field
+        )
+        exact = form_field_schema(filter_field.field)
+        if exact is None:
+            return parameters
+        for parameter in parameters:
+            if parameter["schema"].get("type") == "array":
+                parameter["schema"]["items"] = exact
+            else:
+                parameter["schema"] = {"anyOf": [exact, EMPTY]}
+        return parameters

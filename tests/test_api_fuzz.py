@@ -1,0 +1,275 @@
+"""Property-based fuzz of the whole API: Schemathesis reads /api/v1/schema/ and drives every
+operation in process (WSGI), as an admin (ada) and as a researcher (alice), over a small world
+with real objects to hit (the catalog, both projects, a running host and its order, an order
+waiting for approval, a budget, a quota, a token).
+
+Each call is checked for what the schema promises: no 5xx, only documented status codes, bodies
+that match their schema, schema-valid requests accepted and schema-invalid ones refused.
+
+What the schema cannot say, the positive examples are given: a valid order names a project the
+caller is in, a type and an image that fit each other and a real SSH key; filters and quotas
+name things that exist; a report's end is not before its start. Negative examples are sent as
+drawn. Every call runs in a transaction rolled back after it, so an unsafe call (a stop, a
+delete, a revoked token) leaves the next example the same world.
+
+The budget is fixed (``FUZZ_EXAMPLES`` per operation, derandomized) so the run takes about a
+minute per persona; ``PORTAL_FUZZ_EXAMPLES`` raises it for a deeper run.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+
+import pytest
+import schemathesis
+from django.core.signals import request_finished, request_started
+from django.core.wsgi import get_wsgi_application
+from django.db import close_old_connections, transaction
+from django.utils import timezone
+from hypothesis import HealthCheck, settings
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
+    negative_data_rejection,
+    positive_data_acceptance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from tests.conftest import ED25519
+
+pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
+
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    response_schema_conformance,
+    positive_data_acceptance,
+    negative_data_rejection,
+]
+FUZZ_EXAMPLES = int(os.environ.get("PORTAL_FUZZ_EXAMPLES", "12"))
+FUZZ = settings(
+    max_examples=FUZZ_EXAMPLES,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
+
+
+@dataclass
+class World:
+    """The real objects a fuzzed call can name."""
+
+    tokens: dict[str, str]
+    projects: dict[str, list[str]]
+    users: dict[str, list[str]]
+    pairs: list[tuple[str, str]]
+    spot_types: set[str]
+    gpu_models: list[str]
+    # Real values of the path parameter, by the operation's path prefix.
+    path_values: dict[str, list[str]] = field(default_factory=dict)
+
+
+@pytest.fixture
+def world(running_host, place_order, alice, bob, carol, ada, fin, projects, catalog):
+    from audit.models import AuditEvent
+    from billing.services import budget_set
+    from instances.models import Image, InstanceType
+    from portal.models import ApiToken
+    from portal.services import approval_policy_set, quota_set, token_issue
+
+    host = running_host()
+    approval_policy_set(project=projects["vision-lab"], actor=ada, gpus_above=4)
+    waiting = place_order(alice, count=8)
+    budget_set(project=projects["vision-lab"], actor=ada, monthly_amount="5000.00")
+    quota = quota_set(project=projects["vision-lab"], actor=ada, max_gpus=32)
+    tokens = {user.username: token_issue(user=user, name="fuzz")[1] for user in (ada, alice)}
+    token_ids = ApiToken.objects.values_list("pk", flat=True)
+    offered = InstanceType.objects.offered()
+    pairs = [
+        (kind.name, image.name)
+        for kind in offered.order_by("name")
+        for image in Image.objects.filter(is_active=True).order_by("name")
+        if image.supports(kind)
+    ]
+    return World(
+        tokens=tokens,
+        projects={"ada": ["vision-lab", "nlp-lab"], "alice": ["vision-lab"]},
+        users={"ada": ["alice", "bob", "carol", "ada", "fin"], "alice": ["alice", "bob"]},
+        pairs=pairs,
+        spot_types=set(offered.filter(spot_offered=True).values_list("name", flat=True)),
+        gpu_models=sorted(set(offered.values_list("gpu_model", flat=True))),
+        path_values={
+            "/api/v1/instances/": [str(host.pk)],
+            "/api/v1/orders/": [str(host.order_id), str(waiting.pk)],
+            "/api/v1/quotas/": [str(quota.pk)],
+            "/api/v1/auth/tokens/": [str(pk) for pk in token_ids],
+            "/api/v1/instance-types/": [name for name, _ in pairs[:5]],
+            "/api/v1/images/": sorted({image for _, image in pairs}),
+            "/api/v1/projects/": ["vision-lab", "nlp-lab"],
+            "/api/v1/budgets/": ["vision-lab", "nlp-lab"],
+            "/api/v1/audit/events/": [
+                str(seq) for seq in AuditEvent.objects.values_list("seq", flat=True)[:3]
+            ],
+        },
+    )
+
+
+@pytest.fixture(autouse=True)
+def _node_id_for_schemathesis(request):
+    """Schemathesis 4.32's pytest loader reads ``Node._nodeid``, which pytest 9.2 renamed."""
+    if not hasattr(request.node, "_nodeid"):
+        request.node._nodeid = request.node.nodeid
+
+
+@pytest.fixture
+def in_process():
+    """Django's WSGI handler closes the database connection around each request; the test's
+    transaction lives on that connection, so keep it open (as Django's test client does)."""
+    for signal in (request_started, request_finished):
+        signal.disconnect(close_old_connections)
+    yield
+    for signal in (request_started, request_finished):
+        signal.connect(close_old_connections)
+
+
+def _schema(world: World, who: str):
+    token = world.tokens[who]
+    # Given as the bearerToken scheme's credentials, so Schemathesis sends it on every call
+    # except the ones where it is testing a missing or broken Authorization header.
+    config = schemathesis.Config.from_dict(
+        {"auth": {"openapi": {"bearerToken": {"bearer": token}}}}
+    )
+    return schemathesis.openapi.from_wsgi(
+        "/api/v1/schema/",
+        get_wsgi_application(),
+        config=config,
+        headers={"Authorization": f"Bearer {token}"},
+    )
+
+
+@pytest.fixture
+def schema_as_admin(world, in_process):
+    return _schema(world, "ada")
+
+
+@pytest.fixture
+def schema_as_researcher(world, in_process):
+    return _schema(world, "alice")
+
+
+def _pick(options, drawn) -> object:
+    """One of the options, chosen by what Hypothesis drew (so shrinking still works)."""
+    options = list(options)
+    return options[zlib.crc32(repr(drawn).encode()) % len(options)]
+
+
+def _is_positive(case) -> bool:
+    meta = case.meta
+    return meta is not None and meta.generation.mode.is_positive
+
+
+def give_real_references(case, world: World, who: str) -> None:
+    """Make a positive example mean something: the schema promises the shape of a request, not
+    which projects, catalog names or ranges exist in this world."""
+    path, method = case.operation.path, case.method.upper()
+    real = next(
+        (values for prefix, values in world.path_values.items() if path.startswith(prefix)), []
+    )
+    for name, value in (case.path_parameters or {}).items():
+        # Most examples hit a real object, the others a drawn one (which answers 404).
+        if real and zlib.crc32(repr(value).encode()) % 4:
+            case.path_parameters[name] = _pick(real, value)
+    query = case.query if isinstance(case.query, dict) else None
+    body = case.body if isinstance(case.body, dict) else None
+    if path == "/api/v1/orders/" and method == "POST" and body is not None:
+        kind, image = _pick(world.pairs, body.get("instance_type"))
+        body.update(
+            project=_pick(world.projects[who], body.get("project")),
+            instance_type=kind,
+            image=image,
+            ssh_public_key=ED25519,
+        )
+        if body.get("market") == "spot" and kind not in world.spot_types:
+            body["market"] = "on_demand"
+        # The floor of max_spot_price is the spot price of the moment: leave it to the cloud.
+        body.pop("max_spot_price", None)
+        if body.get("market") != "spot":
+            body.pop("interruption_policy", None)
+    elif path.startswith("/api/v1/quotas/") and method in ("POST", "PUT", "PATCH") and body:
+        if "project" in body:
+            body["project"] = _pick(world.projects["ada"], body["project"])
+        if body.get("member") is not None:
+            body["member"] = "alice" if body.get("project") == "vision-lab" else "carol"
+        names = [name for name, _ in world.pairs]
+        if isinstance(body.get("allowed_instance_types"), list):
+            body["allowed_instance_types"] = [
+                _pick(names, item) for item in body["allowed_instance_types"]
+            ]
+        if isinstance(body.get("max_gpus_by_model"), dict):
+            body["max_gpus_by_model"] = {
+                _pick(world.gpu_models, key): value
+                for key, value in body["max_gpus_by_model"].items()
+            }
+        if isinstance(body.get("allowed_markets"), dict):
+            body["allowed_markets"] = {
+                _pick(names, key): value for key, value in body["allowed_markets"].items()
+            }
+    elif query is not None:
+        if "instance_type" in query and path in (
+            "/api/v1/orders/estimate/",
+            "/api/v1/images/",
+            "/api/v1/costs/",
+        ):
+            names = [name for name, _ in world.pairs]
+            query["instance_type"] = _pick(names, query["instance_type"])
+        if path == "/api/v1/costs/":
+            _real_report_query(query, world, who)
+
+
+def _real_report_query(query: dict, world: World, who: str) -> None:
+    if query.get("project"):
+        query["project"] = _pick(world.projects[who], query["project"])
+    if query.get("user"):
+        query["user"] = _pick(world.users[who], query["user"])
+    # A report runs forwards, from the 1st of this month and to today unless told.
+    today = timezone.now().date()
+    start = date.fromisoformat(query["start"]) if query.get("start") else today.replace(day=1)
+    end = date.fromisoformat(query["end"]) if query.get("end") else None
+    if end is None:
+        end = max(start, today) if query.get("start") else today
+    start, end = sorted((start, end))
+    # ... over at most three years, and one by the day.
+    longest = 366 if query.get("granularity") == "day" else 3 * 366
+    end = min(end, start + timedelta(days=longest - 1))
+    query.update(start=start.isoformat(), end=end.isoformat())
+
+
+def exercise(case, world: World, who: str) -> None:
+    if _is_positive(case):
+        give_real_references(case, world, who)
+    with transaction.atomic():
+        response = case.call()
+        transaction.set_rollback(True)
+    if _is_positive(case) and response.status_code == 401:
+        pytest.fail(f"{case.method} {case.path} refused the fuzz's credentials: {response.text}")
+    case.validate_response(response, checks=CHECKS)
+
+
+as_admin = schemathesis.pytest.from_fixture("schema_as_admin")
+as_researcher = schemathesis.pytest.from_fixture("schema_as_researcher")
+
+
+@as_admin.parametrize()
+@FUZZ
+def test_every_operation_as_an_admin(case, world):
+    exercise(case, world, "ada")
+
+
+@as_researcher.parametrize()
+@FUZZ
+def test_every_operation_as_a_researcher(case, world):
+    exercise(case, world, "alice")

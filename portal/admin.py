@@ -1,10 +1,40 @@
 """Django admin for people and projects; saves go through the services."""
 
 from django.contrib import admin
+from django.contrib.admin.widgets import AutocompleteSelect
 from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
+from django.core.exceptions import ValidationError
 
 from portal import services
 from portal.models import Membership, Project, User
+
+
+class LenientAutocompleteSelect(AutocompleteSelect):
+    """Django's autocomplete widget looks up the submitted value to redraw a form sent back with
+    errors; a value that is not an id (``abc`` for a number) made that lookup raise, a 500.
+    Such a value selects nothing: the form's own error says what is wrong with it."""
+
+    def optgroups(self, name, value, attr=None):
+        target = self.field.remote_field.model._meta.get_field(self.field.remote_field.field_name)
+        usable = []
+        for item in value:
+            try:
+                target.to_python(item)
+            except ValidationError:
+                continue
+            usable.append(item)
+        return super().optgroups(name, usable, attr)
+
+
+class AutocompleteAdminMixin:
+    """Autocomplete fields drawn with the lenient widget."""
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if db_field.name in self.get_autocomplete_fields(request):
+            kwargs["widget"] = LenientAutocompleteSelect(
+                db_field, self.admin_site, using=kwargs.get("using")
+            )
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
 
 @admin.register(User)
@@ -20,7 +50,7 @@ class UserAdmin(DjangoUserAdmin):
         super().save_model(request, obj, form, change)
 
 
-class MembershipInline(admin.TabularInline):
+class MembershipInline(AutocompleteAdminMixin, admin.TabularInline):
     model = Membership
     extra = 1
     autocomplete_fields = ["user"]
@@ -38,7 +68,7 @@ class ProjectAdmin(admin.ModelAdmin):
 
 
 @admin.register(Membership)
-class MembershipAdmin(admin.ModelAdmin):
+class MembershipAdmin(AutocompleteAdminMixin, admin.ModelAdmin):
     list_display = ["project", "user", "role", "created_at"]
     list_filter = ["role", "project"]
     search_fields = ["project__slug", "user__username"]

@@ -4,7 +4,9 @@ with a NUL byte reaches a lookup."""
 from __future__ import annotations
 
 from django.contrib.auth.middleware import LoginRequiredMiddleware as DjangoLoginRequired
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.http import JsonResponse
+from django.http.request import UnreadablePostError
 from django.shortcuts import render
 
 from portal.rest import has_nul, nul_error_body
@@ -46,7 +48,13 @@ class RejectNulMiddleware:
             fields.append("path")
         fields += _nul_fields(request.GET)
         if request.method == "POST" and request.content_type in FORM_TYPES:
-            fields += _nul_fields(request.POST)
+            try:
+                fields += _nul_fields(request.POST)
+            except (SuspiciousOperation, RequestDataTooBig, UnreadablePostError):
+                # Too many fields, too large, cut off: nothing here to look up. The API's
+                # parsers answer it in the error shape; a page gets Django's 400.
+                if not request.path_info.startswith("/api/"):
+                    raise
         if not fields:
             return None
         body = nul_error_body(fields)

@@ -1,4 +1,4 @@
-"""REST API for costs and budgets: ``/api/v1/costs/`` and ``/api/v1/budgets/``.
+"""The bodies of the costs and budgets API, as the OpenAPI schema documents them.
 
 Cost report money is dollars and cents as strings, rounded once: lines add up to their group
 and groups to the total. Budget amounts are dollars and cents too.
@@ -6,52 +6,14 @@ and groups to the total. Budget amounts are dollars and cents too.
 
 from __future__ import annotations
 
-from django.core.exceptions import ValidationError
-from django.http import StreamingHttpResponse
-from django.shortcuts import get_object_or_404
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import (
-    OpenApiParameter,
-    OpenApiResponse,
-    extend_schema,
-    extend_schema_field,
-    extend_schema_serializer,
-)
-from rest_framework import serializers, viewsets
-from rest_framework.renderers import BaseRenderer, BrowsableAPIRenderer, JSONRenderer
-from rest_framework.response import Response
+from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
+from rest_framework import serializers
 
-from audit.services import audit_set_object
-from billing.budgets import BudgetStatus, budget_statuses
-from billing.forms import MAX_DAYS_BY_DAY, ReportForm
+from billing.budgets import BudgetStatus
 from billing.models import Budget, BudgetAlert
-from billing.reports import (
-    FIRST_DAY,
-    GRANULARITIES,
-    GROUPS,
-    LAST_DAY,
-    Figures,
-    Report,
-    cost_report,
-    csv_rows,
-)
-from billing.services import budget_set
-from instances.models import Market
-from portal.models import Project
-from portal.schema import NO_NUL
+from billing.reports import GRANULARITIES, GROUPS, Figures, Report
 
 MONEY = {"max_digits": 16, "decimal_places": 2, "coerce_to_string": True}
-
-
-class CSVRenderer(BaseRenderer):
-    """Lets ``?format=csv`` choose the streamed CSV; the view writes the body itself."""
-
-    media_type = "text/csv"
-    format = "csv"
-    charset = "utf-8"
-
-    def render(self, data, accepted_media_type=None, renderer_context=None):
-        return data if isinstance(data, bytes | str) else b""
 
 
 class FiguresSerializer(serializers.Serializer):
@@ -168,89 +130,6 @@ def report_body(report: Report) -> dict:
     }
 
 
-def report_filename(report: Report) -> str:
-    query = report.query
-    scope = f"-{query.project.slug}" if query.project else ""
-    return f"costs{scope}-by-{query.group_by}-{query.start}-to-{query.end}.csv"
-
-
-def streamed_csv(report: Report) -> StreamingHttpResponse:
-    response = StreamingHttpResponse(csv_rows(report), content_type="text/csv; charset=utf-8")
-    response["Content-Disposition"] = f'attachment; filename="{report_filename(report)}"'
-    return response
-
-
-def _choice(name: str, values, description: str) -> OpenApiParameter:
-    # An empty parameter is no choice (the Costs page sends empty fields), so "" is valid too.
-    return OpenApiParameter(name, OpenApiTypes.STR, enum=["", *values], description=description)
-
-
-def _text(name: str, description: str) -> OpenApiParameter:
-    return OpenApiParameter(name, {"type": "string", "pattern": NO_NUL}, description=description)
-
-
-def _day(name: str, description: str) -> OpenApiParameter:
-    return OpenApiParameter(
-        name,
-        {"type": "string", "pattern": DAY_PATTERN},
-        description=f"{description}; YYYY-MM-DD from {FIRST_DAY} to {LAST_DAY}",
-    )
-
-
-# A real day (leap days included) from 2000-01-01 to 2099-12-31, or nothing.
-DAY_PATTERN = (
-    r"^(?:20[0-9]{2}-(?:(?:0[1-9]|1[0-2])-(?:0[1-9]|1[0-9]|2[0-8])|(?:0[13-9]|1[0-2])-(?:29|30)"
-    r"|(?:0[13578]|1[02])-31)|20(?:[02468][048]|[13579][26])-02-29)?$"
-)
-REPORT_PARAMETERS = [
-    _day("start", "First UTC day (default: the 1st of this month)"),
-    _day("end", "Last UTC day, included (default: today); not before start"),
-    _choice("group_by", GROUPS, "Lines per project (default), user, type, GPU model or market"),
-    _choice("granularity", GRANULARITIES, f"Periods; day covers at most {MAX_DAYS_BY_DAY} days"),
-    _text("project", "Only this project (slug)"),
-    _text("user", "Only this user (one whose costs you may see)"),
-    _text("instance_type", "Only this instance type"),
-    _text("gpu_model", "Only this GPU model"),
-    _choice("market", Market.values, "Only on-demand or only spot"),
-    _choice("format", ["json", "csv"], "csv streams the report as CSV"),
-]
-
-
-class CostViewSet(viewsets.ViewSet):
-    """Spend from the daily rollups: totals, spot vs on-demand, savings, GPU-hours, by period
-    and group. Researchers see their projects and their own spend; admins and finance all."""
-
-    renderer_classes = [JSONRenderer, BrowsableAPIRenderer, CSVRenderer]
-
-    def handle_exception(self, exc):
-        # Errors are JSON even when the caller asked for CSV.
-        self.request.accepted_renderer = JSONRenderer()
-        self.request.accepted_media_type = JSONRenderer.media_type
-        return super().handle_exception(exc)
-
-    @extend_schema(
-        parameters=REPORT_PARAMETERS,
-        responses={
-            (200, "application/json"): OpenApiResponse(
-                CostReportSerializer, description="The report"
-            ),
-            (200, "text/csv"): OpenApiResponse(
-                OpenApiTypes.STR, description="With format=csv: the report's lines and a total"
-            ),
-        },
-    )
-    def list(self, request):
-        params = request.query_params.copy()
-        params.pop("format", None)
-        form = ReportForm(params, viewer=request.user)
-        if not form.is_valid():
-            raise ValidationError(form.errors.as_data())
-        report = cost_report(viewer=request.user, query=form.query())
-        if request.accepted_renderer.format == "csv":
-            return streamed_csv(report)
-        return Response(report_body(report))
-
-
 class AlertSerializer(serializers.ModelSerializer):
     class Meta:
         model = BudgetAlert
@@ -336,51 +215,3 @@ def budget_body(status: BudgetStatus, alerts) -> dict:
         "updated_by": budget.updated_by.username if budget and budget.updated_by else None,
         "updated_at": budget.updated_at if budget else None,
     }
-
-
-class BudgetViewSet(viewsets.GenericViewSet):
-    """Monthly budgets per project with spend and forecast. Finance and admins set the amount
-    and thresholds; admins also the policy at 100 %. Researchers read their projects'."""
-
-    serializer_class = BudgetSerializer
-    lookup_field = "slug"
-    lookup_value_regex = "[-a-zA-Z0-9_]+"
-    # One line per project the caller sees: a short list, never paged.
-    pagination_class = None
-
-    def get_queryset(self):
-        return Project.objects.for_user(self.request.user).order_by("slug")
-
-    def _bodies(self, projects) -> list[dict]:
-        statuses = budget_statuses(projects)
-        alerts: dict[int, list] = {}
-        months = {s.month for s in statuses}
-        for alert in BudgetAlert.objects.filter(
-            project__in=[s.project for s in statuses], month__in=months
-        ).order_by("created_at"):
-            alerts.setdefault(alert.project_id, []).append(alert)
-        return [budget_body(s, alerts.get(s.project.pk, [])) for s in statuses]
-
-    def list(self, request):
-        bodies = self._bodies(self.get_queryset())
-        return Response(BudgetSerializer(bodies, many=True).data)
-
-    def retrieve(self, request, slug=None):
-        project = get_object_or_404(self.get_queryset(), slug=slug)
-        return Response(BudgetSerializer(self._bodies([project])[0]).data)
-
-    @extend_schema(request=BudgetInputSerializer, responses=BudgetSerializer)
-    def update(self, request, slug=None):
-        project = get_object_or_404(self.get_queryset(), slug=slug)
-        incoming = BudgetInputSerializer(data=request.data)
-        incoming.is_valid(raise_exception=True)
-        data = incoming.validated_data
-        budget_set(
-            project=project,
-            actor=request.user,
-            monthly_amount=data.get("monthly_amount"),
-            thresholds=data.get("thresholds"),
-            policy=data.get("policy"),
-        )
-        audit_set_object(request, f"portal.project:{project.pk}")
-        return Response(BudgetSerializer(self._bodies([project])[0]).data)

@@ -23,7 +23,7 @@ from django.db.models import F, Q, Sum
 from django.db.models.functions import TruncMonth, TruncWeek
 
 from audit.csv_stream import csv_lines
-from billing.models import DailyRollup
+from billing.models import DailyRollup, MeterState
 from billing.money import (
     GPU_SECONDS_PER_TENTH_HOUR,
     RS_PER_CENT,
@@ -231,6 +231,17 @@ def _labels(group_by: str, keys) -> dict:
     if group_by == "market":
         return {key: Market(key).label for key in keys}
     return {key: key for key in keys}
+
+
+def last_metered_at() -> datetime | None:
+    """When the last metering pass began ("metered 3 minutes ago"): the newest of the checkpoints
+    MeterState keeps, one row read by its key (not a scan of every host's MeterMark)."""
+    checkpoints = (
+        MeterState.objects.filter(id=1).values_list("checkpoints", flat=True).first() or []
+    )
+    if not checkpoints:
+        return None
+    return max(datetime.fromisoformat(when) for when, _ in checkpoints)
 
 
 def cost_report(*, viewer, query: ReportQuery) -> Report:

@@ -1,7 +1,8 @@
 """The bodies of the costs and budgets API, as the OpenAPI schema documents them.
 
 Cost report money is dollars and cents as strings, rounded once: lines add up to their group
-and groups to the total. Budget amounts are dollars and cents too.
+and groups to the total; beside each rounded figure, ``exact`` gives the same amounts to the
+micro-dollar. Budget amounts are dollars and cents too.
 """
 
 from __future__ import annotations
@@ -11,9 +12,21 @@ from rest_framework import serializers
 
 from billing.budgets import BudgetStatus
 from billing.models import Budget, BudgetAlert
-from billing.reports import GRANULARITIES, GROUPS, Figures, Report
+from billing.reports import GRANULARITIES, GROUPS, Exact, Figures, Report
 
 MONEY = {"max_digits": 16, "decimal_places": 2, "coerce_to_string": True}
+EXACT = {"max_digits": 20, "decimal_places": 6, "coerce_to_string": True}
+
+
+class ExactSerializer(serializers.Serializer):
+    """The amounts beside it before rounding, to the micro-dollar (rate-seconds rounded half
+    up to $0.000001): what the shown cents were rounded from."""
+
+    cost = serializers.DecimalField(**EXACT)
+    on_demand = serializers.DecimalField(**EXACT)
+    spot = serializers.DecimalField(**EXACT)
+    savings = serializers.DecimalField(**EXACT)
+    on_demand_equivalent = serializers.DecimalField(**EXACT)
 
 
 class FiguresSerializer(serializers.Serializer):
@@ -25,6 +38,7 @@ class FiguresSerializer(serializers.Serializer):
     )
     on_demand_equivalent = serializers.DecimalField(**MONEY)
     gpu_hours = serializers.DecimalField(max_digits=16, decimal_places=1, coerce_to_string=True)
+    exact = ExactSerializer()
 
 
 class TotalSerializer(FiguresSerializer):
@@ -48,13 +62,19 @@ class GroupSerializer(FiguresSerializer):
 
 class PeriodSerializer(serializers.Serializer):
     period = serializers.DateField()
-    cost = serializers.DecimalField(**MONEY)
+    cost = serializers.DecimalField(**MONEY, help_text="The sum of the period's shown lines")
     on_demand = serializers.DecimalField(**MONEY)
     spot = serializers.DecimalField(**MONEY)
+    exact = ExactSerializer()
 
 
 @extend_schema_serializer(many=False)
 class CostReportSerializer(serializers.Serializer):
+    """A cost report. Money is in dollars and cents, rounded once so that shown figures add up
+    (lines to their group, groups to the total, on-demand plus spot to the spend); every shown
+    amount lies between the floor and ceiling of its exact value, given beside it in ``exact``.
+    """
+
     start = serializers.DateField()
     end = serializers.DateField()
     group_by = serializers.ChoiceField(choices=list(GROUPS))
@@ -74,6 +94,10 @@ def _tenths(amount) -> str:
     return f"{amount:.1f}"
 
 
+def _exact(exact: Exact) -> dict:
+    return {name: f"{amount:.6f}" for name, amount in exact.money().items()}
+
+
 def _figures(figures: Figures) -> dict:
     return {
         "cost": _money(figures.cost),
@@ -82,6 +106,7 @@ def _figures(figures: Figures) -> dict:
         "savings": _money(figures.savings),
         "on_demand_equivalent": _money(figures.on_demand_equivalent),
         "gpu_hours": _tenths(figures.gpu_hours),
+        "exact": _exact(figures.exact),
     }
 
 
@@ -115,6 +140,7 @@ def report_body(report: Report) -> dict:
                 "cost": _money(f.cost),
                 "on_demand": _money(f.on_demand),
                 "spot": _money(f.spot),
+                "exact": _exact(f.exact),
             }
             for p, f in report.periods
         ],

@@ -27,10 +27,10 @@ from billing.models import DailyRollup, MeterState
 from billing.money import (
     GPU_SECONDS_PER_TENTH_HOUR,
     RS_PER_CENT,
+    SECONDS_PER_HOUR,
     allocate,
     allocate_split,
     cents_to_decimal,
-    dollars,
     gpu_hours_to_decimal,
     round_half_up,
 )
@@ -192,14 +192,19 @@ class Exact:
     def cost(self) -> int:
         return self.on_demand + self.spot
 
-    def money(self) -> dict[str, Decimal]:
-        """Each amount to the micro-dollar (rate-seconds rounded half up to $0.000001)."""
+    def micros(self) -> dict[str, int]:
+        """Each amount in whole micro-dollars (rate-seconds rounded half up to $0.000001)."""
+        on_demand = round_half_up(self.on_demand, SECONDS_PER_HOUR)
+        spot = round_half_up(self.spot, SECONDS_PER_HOUR)
+        savings = round_half_up(self.savings, SECONDS_PER_HOUR)
+        # Each sum rounded once from its exact rate-seconds, not added from rounded parts.
+        cost = round_half_up(self.cost, SECONDS_PER_HOUR)
         return {
-            "cost": dollars(self.cost, 6),
-            "on_demand": dollars(self.on_demand, 6),
-            "spot": dollars(self.spot, 6),
-            "savings": dollars(self.savings, 6),
-            "on_demand_equivalent": dollars(self.cost + self.savings, 6),
+            "cost": cost,
+            "on_demand": on_demand,
+            "spot": spot,
+            "savings": savings,
+            "on_demand_equivalent": round_half_up(self.cost + self.savings, SECONDS_PER_HOUR),
         }
 
 

@@ -86,26 +86,31 @@ class CostReportSerializer(serializers.Serializer):
     lines = LineSerializer(many=True)
 
 
-def _money(amount) -> str:
-    return f"{amount:.2f}"
-
-
 def _tenths(amount) -> str:
     return f"{amount:.1f}"
 
 
+def _fixed(units: int, places: int) -> str:
+    """Whole units of 10**-places as the decimal string DRF would print; integer arithmetic,
+    since this runs for every figure of every line."""
+    whole, part = divmod(abs(units), 10**places)
+    return f"{'-' if units < 0 else ''}{whole}.{part:0{places}d}"
+
+
 def _exact(exact: Exact) -> dict:
-    return {name: f"{amount:.6f}" for name, amount in exact.money().items()}
+    micros = exact.micros()
+    return {name: _fixed(amount, 6) for name, amount in micros.items()}
 
 
 def _figures(figures: Figures) -> dict:
+    on_demand, spot = figures.on_demand_cents, figures.spot_cents
     return {
-        "cost": _money(figures.cost),
-        "on_demand": _money(figures.on_demand),
-        "spot": _money(figures.spot),
-        "savings": _money(figures.savings),
-        "on_demand_equivalent": _money(figures.on_demand_equivalent),
-        "gpu_hours": _tenths(figures.gpu_hours),
+        "cost": _fixed(on_demand + spot, 2),
+        "on_demand": _fixed(on_demand, 2),
+        "spot": _fixed(spot, 2),
+        "savings": _fixed(figures.savings_cents, 2),
+        "on_demand_equivalent": _fixed(on_demand + spot + figures.savings_cents, 2),
+        "gpu_hours": _fixed(figures.gpu_tenths, 1),
         "exact": _exact(figures.exact),
     }
 
@@ -137,9 +142,9 @@ def report_body(report: Report) -> dict:
         "periods": [
             {
                 "period": p.isoformat(),
-                "cost": _money(f.cost),
-                "on_demand": _money(f.on_demand),
-                "spot": _money(f.spot),
+                "cost": _fixed(f.on_demand_cents + f.spot_cents, 2),
+                "on_demand": _fixed(f.on_demand_cents, 2),
+                "spot": _fixed(f.spot_cents, 2),
                 "exact": _exact(f.exact),
             }
             for p, f in report.periods

@@ -5,9 +5,11 @@ type, GPU model or market), a granularity (day, week from Monday, month) and opt
 Its lines are (period, group) pairs with the spend split on-demand / spot, the savings (what
 the same seconds would have cost on-demand at the list price, less what they cost) and the
 GPU-hours. Figures are rounded once: the total spend first (so it is the figure a budget shows),
-shared between on-demand and spot, and each other column's total; then the groups share each
-column by largest remainder, then each group's periods share the group's figure; so every shown
-line adds up to its group and every group to the total.
+shared between on-demand and spot, and each other column's total; then the groups share the
+total and each group's periods share the group's figures. On-demand and spot are shared together
+(money.allocate_split), so every shown spend and each of its halves lies between the floor and
+ceiling of its exact value and equal exact spends show equal amounts (or a cent apart when the
+cents left over run out); every shown line adds up to its group and every group to the total.
 """
 
 from __future__ import annotations

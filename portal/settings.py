@@ -430,10 +430,8 @@ LOGGING = {
 }
 
 # --- Audit log (issue 5) -------------------------------------------------------------------
-# First in the chain so it sees every answer, including other middleware's refusals; the
-# fault switch last, right before the view (tests only).
+# First in the chain so it sees every answer, including other middleware's refusals.
 MIDDLEWARE.insert(0, "audit.middleware.AuditMiddleware")
-MIDDLEWARE.append("audit.middleware.FaultInjectionMiddleware")
 # Off only to measure what audit costs (make bench); read on every request.
 PORTAL_AUDIT_ENABLED = env_bool("PORTAL_AUDIT_ENABLED", True)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
@@ -476,12 +474,6 @@ PORTAL_AUDIT_S3_ENDPOINT_URL = env_str("PORTAL_AUDIT_S3_ENDPOINT_URL")
 # How many reverse proxies of ours stand in front of the portal; X-Forwarded-For is believed
 # only that far, so a client cannot choose the source address recorded for it.
 PORTAL_TRUSTED_PROXIES = env_int("PORTAL_TRUSTED_PROXIES", 0)
-# Test-only: honour X-Portal-Fault headers that force a 500 (see audit.middleware).
-PORTAL_FAULT_INJECTION = env_bool("PORTAL_FAULT_INJECTION", False)
-if PORTAL_FAULT_INJECTION and not DEBUG:
-    from django.core.exceptions import ImproperlyConfigured
-
-    raise ImproperlyConfigured("PORTAL_FAULT_INJECTION=1 is for tests; it must be 0 in production.")
 CELERY_BEAT_SCHEDULE.update(
     {
         "audit-seal": {

@@ -118,8 +118,8 @@ AXES_FAILURE_LIMIT = 6
 AXES_COOLOFF_TIME = timedelta(minutes=15)
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
-AXES_LOCKOUT_CALLABLE = "portal.views.lockout"
-AXES_USERNAME_CALLABLE = "portal.views.sign_in_username"
+AXES_LOCKOUT_CALLABLE = "portal.views.account.lockout"
+AXES_USERNAME_CALLABLE = "portal.views.account.sign_in_username"
 AXES_HTTP_RESPONSE_CODE = 429
 AXES_VERBOSE = False
 # The same address the audit log records: X-Forwarded-For believed only as far as our proxies.
@@ -398,6 +398,17 @@ PORTAL_ORDER_MAX_COUNT = env_int("PORTAL_ORDER_MAX_COUNT", 8)
 # Checks order_submit runs under the project lock, in order (quota, budget, ...); each is a
 # callable(order_request) that raises to refuse.
 ORDER_ADMISSION_CHECKS: list[str] = ["instances.quotas.quota_check"]
+# Quotas are defined in portal and counted in instances: callable(keys) -> {key: Usage} for many
+# (project id, member id or None) keys at once; and callable(values) -> (values, problems)
+# checks of the names a quota's limits use, run before a quota is saved.
+PORTAL_QUOTA_USAGE = "instances.quotas.usage_of"
+PORTAL_QUOTA_VALIDATORS: list[str] = ["instances.quotas.quota_catalog_problems"]
+# The dashboard's panels, in order: callable(user, projects) -> portal.panels.Panel.
+PORTAL_DASHBOARD_PANELS: list[str] = [
+    "instances.panels.summary_panel",
+    "instances.panels.quota_panel",
+    "instances.panels.hosts_panel",
+]
 # Days an order may wait for approval before it expires (a project's policy may say otherwise).
 PORTAL_APPROVAL_EXPIRY_DAYS = env_int("PORTAL_APPROVAL_EXPIRY_DAYS", 3)
 # Personal API tokens: default and longest lifetime, in days.
@@ -489,6 +500,8 @@ CELERY_BEAT_SCHEDULE.update(
 # --- Billing ---------------------------------------------------------------------------------
 # The budget check runs after the quota check, under the same project lock.
 ORDER_ADMISSION_CHECKS.append("billing.budgets.budget_check")
+# Each project's spend against its budget, on its dashboard card.
+PORTAL_DASHBOARD_PANELS.append("billing.panels.budget_panel")
 # Seconds between metering passes (usage rows, then the daily rollups they changed) and between
 # budget checks (threshold notices, the stop-hosts policy).
 PORTAL_METER_SECONDS = env_int("PORTAL_METER_SECONDS", 60)

@@ -1,46 +1,32 @@
-"""REST API for projects: ``/api/v1/projects/``."""
+"""Views of portal's API: ``/api/v1/projects/``, ``/api/v1/quotas/``, ``/api/v1/auth/tokens/``.
+
+Quotas are portal's; what is in use is counted by the instances app through
+``PORTAL_QUOTA_USAGE`` (see portal.quotas). Everyone reads the quotas of their projects; only
+admins change them.
+"""
 
 from __future__ import annotations
 
-import django_filters
-from django.conf import settings
 from django.contrib.auth import authenticate
-from django.core.validators import MaxValueValidator
-from django.utils import timezone
+from django.db.models import Q
 from drf_spectacular.utils import extend_schema
-from rest_framework import exceptions, mixins, serializers, status, viewsets
+from rest_framework import exceptions, mixins, status, viewsets
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle
 
 from audit.services import audit_set_actor, audit_set_object
-from portal.models import ApiToken, Membership, Project
-from portal.rest import YesNoFilter
-from portal.services import token_issue, token_revoke
-
-
-class MembershipSerializer(serializers.ModelSerializer):
-    username = serializers.CharField(source="user.username", read_only=True)
-
-    class Meta:
-        model = Membership
-        fields = ["username", "role"]
-
-
-class ProjectSerializer(serializers.ModelSerializer):
-    members = MembershipSerializer(source="memberships", many=True, read_only=True)
-
-    class Meta:
-        model = Project
-        fields = ["slug", "name", "description", "is_active", "members"]
-
-
-class ProjectFilter(django_filters.FilterSet):
-    is_active = YesNoFilter(help_text="true: open projects; false: closed ones")
-
-    class Meta:
-        model = Project
-        fields: list[str] = []
+from portal.api.filters import ProjectFilter
+from portal.api.serializers import (
+    ProjectSerializer,
+    QuotaSerializer,
+    TokenCreateSerializer,
+    TokenIssuedSerializer,
+    TokenSerializer,
+)
+from portal.errors import Forbidden
+from portal.models import ApiToken, Membership, Project, Quota
+from portal.services import quota_delete, quota_set, token_issue, token_revoke
 
 
 class ProjectViewSet(viewsets.ReadOnlyModelViewSet):
@@ -54,51 +40,65 @@ class ProjectViewSet(viewsets.ReadOnlyModelViewSet):
         return Project.objects.for_user(self.request.user).prefetch_related("memberships__user")
 
 
-class TokenSerializer(serializers.ModelSerializer):
-    state = serializers.SerializerMethodField()
+class QuotaViewSet(viewsets.ModelViewSet):
+    serializer_class = QuotaSerializer
+    queryset = Quota.objects.none()  # for the schema; requests use get_queryset()
+    filterset_fields = {"project__slug": ["exact"], "user__username": ["exact"]}
 
-    class Meta:
-        model = ApiToken
-        fields = [
-            "id",
-            "name",
-            "prefix",
-            "created_at",
-            "expires_at",
-            "last_used_at",
-            "revoked_at",
-            "state",
-        ]
-        read_only_fields = fields
-
-    def get_state(self, obj: ApiToken) -> str:
-        if obj.revoked_at:
-            return "revoked"
-        return "expired" if obj.expires_at <= timezone.now() else "active"
-
-
-class TokenCreateSerializer(serializers.Serializer):
-    username = serializers.CharField()
-    password = serializers.CharField(style={"input_type": "password"}, trim_whitespace=False)
-    name = serializers.CharField(max_length=100, default="api")
-    days = serializers.IntegerField(required=False, min_value=1, help_text="Default 30")
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        # The longest life is a setting, read when a request (or the schema) needs it.
-        days = self.fields["days"]
-        days.max_value = settings.PORTAL_TOKEN_MAX_DAYS
-        days.validators.append(
-            MaxValueValidator(days.max_value, message=f"A token lives 1 to {days.max_value} days.")
+    def get_queryset(self):
+        user = self.request.user
+        rows = Quota.objects.select_related("project", "user", "updated_by").prefetch_related(
+            "changes__changed_by"
+        )
+        if user.sees_everything:
+            return rows
+        return (
+            rows.filter(project__memberships__user=user)
+            .filter(
+                Q(user=None)
+                | Q(user=user)
+                | Q(
+                    project__memberships__role=Membership.Role.MANAGER,
+                    project__memberships__user=user,
+                )
+            )
+            .distinct()
         )
 
+    def _require_admin(self):
+        if not self.request.user.is_portal_admin:
+            raise Forbidden("Only admins change quotas.")
 
-class TokenIssuedSerializer(TokenSerializer):
-    token = serializers.CharField(read_only=True, help_text="Shown this once; store it now.")
+    def create(self, request, *args, **kwargs):
+        self._require_admin()
+        incoming = QuotaSerializer(data=request.data, context=self.get_serializer_context())
+        incoming.is_valid(raise_exception=True)
+        data = dict(incoming.validated_data)
+        project, member = data.pop("project"), data.pop("user", None)
+        quota = quota_set(project=project, user=member, actor=request.user, **data)
+        return Response(QuotaSerializer(quota).data, status=status.HTTP_201_CREATED)
 
-    class Meta(TokenSerializer.Meta):
-        fields = [*TokenSerializer.Meta.fields, "token"]
-        read_only_fields = fields
+    def update(self, request, *args, **kwargs):
+        quota = self.get_object()  # first: a quota the caller cannot see is a 404
+        self._require_admin()
+        incoming = QuotaSerializer(
+            quota,
+            data=request.data,
+            partial=kwargs.get("partial", False),
+            context=self.get_serializer_context(),
+        )
+        incoming.is_valid(raise_exception=True)
+        data = dict(incoming.validated_data)
+        data.pop("project", None)
+        data.pop("user", None)
+        quota = quota_set(project=quota.project, user=quota.user, actor=request.user, **data)
+        return Response(QuotaSerializer(self.get_queryset().get(pk=quota.pk)).data)
+
+    def destroy(self, request, *args, **kwargs):
+        quota = self.get_object()
+        self._require_admin()
+        quota_delete(quota=quota, actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class TokenViewSet(

@@ -47,6 +47,8 @@ INSTALLED_APPS = [
     "portal",
     "instances",
     "billing",
+    # Last: the demo seeding may import every app above, and none imports it.
+    "demo",
 ]
 
 MIDDLEWARE = [

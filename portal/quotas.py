@@ -78,12 +78,13 @@ def bars(quota: Quota | None, used: Usage) -> list[dict]:
 
 
 def change_in_words(change) -> str:
-    """'GPUs 8 → 16, hosts none → 4' for a quota change."""
+    """'GPUs 8 → 16, hosts none → 4' for a quota change (a limit that stays unset, stored as
+    missing before and empty after, is no change)."""
     parts = []
     for name, label in Quota.FIELDS.items():
-        before, after = change.before.get(name), change.after.get(name)
+        before, after = _shown(change.before.get(name)), _shown(change.after.get(name))
         if before != after:
-            parts.append(f"{label} {_shown(before)} → {_shown(after)}")
+            parts.append(f"{label} {before} → {after}")
     return ", ".join(parts) or "removed"
 
 

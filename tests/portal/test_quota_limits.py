@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from portal.models import Quota, QuotaLimit
-from portal.quotas import Usage, bars
+from portal.models import Quota, QuotaChange, QuotaLimit
+from portal.quotas import Usage, bars, change_in_words
 
 
 def test_limits_come_in_order_gpus_hosts_then_each_model_and_only_where_set():
@@ -28,3 +28,12 @@ def test_a_bar_per_limit_with_its_level():
         ("Hosts", 1, 0, 100, "over"),
     ]
     assert bars(None, Usage()) == []
+
+
+def test_a_history_line_names_what_changed_and_not_what_stayed_unset():
+    created = QuotaChange(
+        before={},
+        after={"max_gpus": 8, "max_instances": None, "allowed_instance_types": []},
+    )
+    assert change_in_words(created) == "GPUs none → 8"
+    assert change_in_words(QuotaChange(before={"max_gpus": 8}, after={})) == "GPUs 8 → none"

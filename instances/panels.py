@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from django.db.models import Q
 
-from instances import services
 from instances.models import Instance, Order
 from instances.quotas import usage_of
+from instances.selectors import orders_to_decide
+from portal import permissions
 from portal.models import Project, Quota, User
 from portal.panels import Panel
 from portal.quotas import bars
@@ -18,7 +19,7 @@ from portal.quotas import bars
 
 def summary_panel(user: User, projects: list[Project]) -> Panel:
     """Under the greeting: live hosts, orders waiting, orders to decide."""
-    inbox = services.orders_to_decide(user).count() if services.can_order(user) else 0
+    inbox = orders_to_decide(user).count() if permissions.can_order(user) else 0
     return Panel(
         template="instances/_dashboard_summary.html",
         place="head",

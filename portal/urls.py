@@ -7,8 +7,7 @@ from rest_framework.routers import DefaultRouter
 
 from audit.api import AuditEventViewSet
 from billing.api import BudgetViewSet, CostViewSet
-from instances.api import ImageViewSet, InstanceTypeViewSet
-from instances.api_orders import InstanceViewSet, OrderViewSet
+from instances.api import ImageViewSet, InstanceTypeViewSet, InstanceViewSet, OrderViewSet
 from portal.api import ProjectViewSet, QuotaViewSet, TokenViewSet
 from portal.views import account, dashboard, health, quotas
 

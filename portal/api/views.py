@@ -16,6 +16,7 @@ from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle
 
 from audit.services import audit_set_actor, audit_set_object
+from portal import permissions
 from portal.api.filters import ProjectFilter
 from portal.api.serializers import (
     ProjectSerializer,
@@ -25,7 +26,7 @@ from portal.api.serializers import (
     TokenSerializer,
 )
 from portal.errors import Forbidden
-from portal.models import ApiToken, Membership, Project, Quota
+from portal.models import ApiToken, Quota
 from portal.services import quota_delete, quota_set, token_issue, token_revoke
 
 
@@ -37,7 +38,7 @@ class ProjectViewSet(viewsets.ReadOnlyModelViewSet):
     filterset_class = ProjectFilter
 
     def get_queryset(self):
-        return Project.objects.for_user(self.request.user).prefetch_related("memberships__user")
+        return permissions.visible_projects(self.request.user).prefetch_related("memberships__user")
 
 
 class QuotaViewSet(viewsets.ModelViewSet):
@@ -50,23 +51,16 @@ class QuotaViewSet(viewsets.ModelViewSet):
         rows = Quota.objects.select_related("project", "user", "updated_by").prefetch_related(
             "changes__changed_by"
         )
-        if user.sees_everything:
+        rows = permissions.visible(rows, user)
+        if permissions.sees_everything(user):
             return rows
-        return (
-            rows.filter(project__memberships__user=user)
-            .filter(
-                Q(user=None)
-                | Q(user=user)
-                | Q(
-                    project__memberships__role=Membership.Role.MANAGER,
-                    project__memberships__user=user,
-                )
-            )
-            .distinct()
+        # A member reads the project's quota and their own; a manager every member's too.
+        return rows.filter(
+            Q(user=None) | Q(user=user) | Q(project_id__in=permissions.managed_project_ids(user))
         )
 
     def _require_admin(self):
-        if not self.request.user.is_portal_admin:
+        if not permissions.can_set_quotas(self.request.user):
             raise Forbidden("Only admins change quotas.")
 
     def create(self, request, *args, **kwargs):

@@ -5,7 +5,8 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
-from portal.models import Membership, Notice, Project
+from portal import permissions
+from portal.models import Membership, Notice
 from portal.panels import dashboard_panels
 from portal.services import notices_mark_read
 
@@ -19,7 +20,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     under the greeting and the ``aside`` panels beside the cards, then my notices. Each panel
     is built once for all the projects, so the page costs the same for two projects or twenty."""
     user = request.user
-    projects = list(Project.objects.for_user(user).filter(is_active=True))
+    projects = list(permissions.visible_projects(user).filter(is_active=True))
     roles = dict(Membership.objects.filter(user=user).values_list("project_id", "role"))
     panels = dashboard_panels(user, projects)
     cards = [

@@ -14,6 +14,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from portal import permissions
 from portal.models import ApprovalPolicy, Project, Quota, QuotaChange
 from portal.pages import forbidden, form_problems, service_errors
 from portal.quotas import bars, change_in_words, quota_values_problems, usage_of
@@ -123,7 +124,7 @@ def _back_to(request: HttpRequest | None = None, *, slug: str) -> str:
 def quotas_page(request: HttpRequest) -> HttpResponse:
     """Admins set each project's quota; everyone else sees theirs on the dashboard. A fixed
     number of queries however many projects there are."""
-    if not request.user.is_portal_admin:
+    if not permissions.can_set_quotas(request.user):
         return forbidden(request, "Only admins change quotas; yours are on the dashboard.")
     projects = list(Project.objects.filter(is_active=True))
     ids = [project.pk for project in projects]
@@ -161,7 +162,7 @@ def quotas_page(request: HttpRequest) -> HttpResponse:
 @require_POST
 @service_errors(back=_back_to, prefix=lambda slug: slug)
 def quota_save(request: HttpRequest, slug: str) -> HttpResponse:
-    if not request.user.is_portal_admin:
+    if not permissions.can_set_quotas(request.user):
         return forbidden(request, "Only admins change quotas.")
     project = get_object_or_404(Project, slug=slug)
     form = QuotaForm(request.POST, prefix=slug)
@@ -178,7 +179,7 @@ def quota_save(request: HttpRequest, slug: str) -> HttpResponse:
 @require_POST
 @service_errors(back=_back_to, prefix=lambda slug: slug)
 def policy_save(request: HttpRequest, slug: str) -> HttpResponse:
-    project = get_object_or_404(Project.objects.for_user(request.user), slug=slug)
+    project = get_object_or_404(permissions.visible_projects(request.user), slug=slug)
     form = PolicyForm(request.POST, prefix=f"policy-{slug}")
     if not form.is_valid():
         raise ValidationError(form_problems(form))

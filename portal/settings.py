@@ -447,6 +447,8 @@ LOGGING = {
 MIDDLEWARE.insert(0, "audit.middleware.AuditMiddleware")
 # Off only to measure what audit costs (make bench); read on every request.
 PORTAL_AUDIT_ENABLED = env_bool("PORTAL_AUDIT_ENABLED", True)
+# Who reads the whole log (everyone reads their own activity): callable(user) -> bool.
+AUDIT_LOG_READER = "portal.permissions.can_read_audit_log"
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Audit makes every API read a write. SQLite's default journal syncs the disk on every
     # commit (~1 ms here); in WAL mode with synchronous=NORMAL a commit is durable against a

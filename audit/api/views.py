@@ -5,6 +5,7 @@ from __future__ import annotations
 from rest_framework import permissions, viewsets
 
 from audit import status
+from audit.access import reads_whole_log
 from audit.api.serializers import AuditEventSerializer
 from audit.filters import AuditEventFilter
 from audit.models import AuditEvent
@@ -16,7 +17,7 @@ class IsPortalAdmin(permissions.BasePermission):
     message = "Only portal admins can read the audit log; your own activity is at /activity/."
 
     def has_permission(self, request, view):
-        return bool(getattr(request.user, "is_portal_admin", False))
+        return reads_whole_log(request.user)
 
 
 class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -16,7 +17,7 @@ from instances.models import (
     LeaseNotice,
 )
 from instances.quotas import longest_lease
-from instances.services.orders import OrderRequest, order_admit, order_estimate
+from instances.services.orders import order_admit, order_estimate, order_request_of
 from instances.services.queue import enqueue
 from instances.services.transitions import (
     IllegalTransition,
@@ -62,7 +63,15 @@ def instance_extend_lease(*, instance: Instance, user: User, hours: int) -> Inst
         Project.objects.select_for_update().get(pk=instance.project_id)
         row = (
             Instance.objects.select_for_update(of=("self",))
-            .select_related("order", "instance_type", "image", "project", "owner")
+            .select_related(
+                "instance_type",
+                "project",
+                "owner",
+                "order__requester",
+                "order__project",
+                "order__instance_type",
+                "order__image",
+            )
             .get(pk=instance.pk)
         )
         if row.status not in Instance.LEASED or row.lease_expires_at is None:
@@ -83,21 +92,14 @@ def instance_extend_lease(*, instance: Instance, user: User, hours: int) -> Inst
                     else "It cannot be extended further; order a new host."
                 )
             )
-        order = row.order
         order_admit(
-            OrderRequest(
+            replace(
+                order_request_of(row.order),
                 requester=row.owner,
-                project=row.project,
                 instance_type=row.instance_type,
-                image=row.image,
                 market=row.market,
                 count=1,
                 lease_hours=hours,
-                ssh_public_key=order.ssh_public_key,
-                ssh_key_fingerprint=order.ssh_key_fingerprint,
-                max_spot_price=order.max_spot_price,
-                interruption_policy=order.interruption_policy,
-                region=row.region,
                 estimate=order_estimate(
                     instance_type=row.instance_type, market=row.market, count=1, lease_hours=hours
                 ),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from audit.models import AuditEvent
 from instances.models import Instance, Order
 from portal.models import Membership, Notice
 from portal.services import approval_policy_set, membership_set
@@ -34,6 +35,8 @@ def test_the_requester_cancels_a_held_order(held, alice, api_as):
         "user:alice",
     )
     assert not Instance.objects.filter(order=held).exists()
+    call = AuditEvent.objects.get(path=f"/api/v1/orders/{held.pk}/cancel/")
+    assert (call.actor_username, call.status, call.object_ref) == ("alice", 200, f"order:{held.pk}")
     # Nobody else is told: the requester did it.
     assert not Notice.objects.filter(user=alice, subject__startswith="Cancelled").exists()
 

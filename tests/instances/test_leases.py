@@ -223,3 +223,25 @@ def test_the_spot_rate_prices_a_spot_extension(clock, ada, alice, catalog, proje
     with pytest.raises(Exception) as refused:
         services.instance_extend_lease(instance=host, user=alice, hours=1)
     assert getattr(refused.value, "code", "") == "budget_exceeded"
+
+
+def test_extensions_and_warnings_are_audited_and_in_the_schema(
+    clock, alice, running_host, api_as, passes
+):
+    from audit.models import AuditEvent
+
+    host = running_host(lease_hours=8)
+    assert _extend(api_as, alice, host, 2).status_code == 200
+    assert _extend(api_as, alice, host, 500).status_code == 409
+    calls = AuditEvent.objects.filter(path=f"/api/v1/instances/{host.pk}/extend/")
+    assert sorted(calls.values_list("actor_username", "status")) == [("alice", 200), ("alice", 409)]
+    assert {row.object_ref for row in calls} == {f"instance:{host.pk}"}
+    host.refresh_from_db()
+    clock.move_to(host.lease_expires_at - timedelta(minutes=30))
+    passes()
+    warning = AuditEvent.objects.get(actor_username="system:lease", action="note")
+    assert warning.object_ref == f"instance:{host.pk}"
+    schema = api_as(alice).get("/api/v1/schema/?format=json").json()
+    extend = schema["paths"]["/api/v1/instances/{id}/extend/"]["post"]
+    assert "409" in extend["responses"]
+    assert "/api/v1/orders/{id}/cancel/" in schema["paths"]

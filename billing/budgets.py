@@ -216,14 +216,17 @@ def budget_check(request) -> None:
     month = f"{status.month:%B %Y}"
     hosts = f"{request.count} host{'s' if request.count != 1 else ''}"
     remaining = usd(left) if left > 0 else "nothing"
+    what = f"this order ({hosts} for {request.lease_hours} h)"
     advice = (
         "order spot, fewer hosts or a shorter lease, or ask finance to raise the budget"
         if budget.policy == Budget.Policy.BLOCK_ON_DEMAND and request.market == Market.ON_DEMAND
         else "order fewer hosts or a shorter lease, or ask finance to raise the budget"
     )
+    if request.extends is not None:
+        what = f"extending the lease by {request.lease_hours} h"
+        advice = "extend by fewer hours, or ask finance to raise the budget"
     raise BudgetExceeded(
         f"Budget exceeded: {slug} has {remaining} left of its {usd(status.amount_rs)} budget "
         f"for {month} (spent {usd(status.spent_rs)}, hosts running will cost "
-        f"{usd(status.committed_rs)} more); this order ({hosts} for {request.lease_hours} h) "
-        f"would cost {usd(cost)}. To go ahead, {advice}."
+        f"{usd(status.committed_rs)} more); {what} would cost {usd(cost)}. To go ahead, {advice}."
     )

@@ -349,6 +349,10 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": env_int("PORTAL_RECONCILE_SECONDS", 30),
     },
     "expire-leases": {"task": "instances.tasks.expire_leases", "schedule": 60},
+    "warn-leases": {
+        "task": "instances.tasks.warn_leases",
+        "schedule": env_int("PORTAL_LEASE_WARN_SECONDS", 60),
+    },
     "expire-orders": {"task": "instances.tasks.expire_orders", "schedule": 3600},
     "refresh-spot-prices": {
         "task": "billing.tasks.refresh_spot_prices",
@@ -396,6 +400,17 @@ PORTAL_EC2_ROOT_VOLUME_GB = env_int("PORTAL_EC2_ROOT_VOLUME_GB", 200)
 # Orders.
 PORTAL_LEASE_DEFAULT_HOURS = env_int("PORTAL_LEASE_DEFAULT_HOURS", 24)
 PORTAL_LEASE_MAX_HOURS = env_int("PORTAL_LEASE_MAX_HOURS", 168)
+# How many hours before a lease ends its owner is warned (a notice and an email, once each).
+try:
+    PORTAL_LEASE_NOTICE_HOURS = sorted(
+        {int(value) for value in env_list("PORTAL_LEASE_NOTICE_HOURS", "24,1")}, reverse=True
+    )
+except ValueError:
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(
+        "PORTAL_LEASE_NOTICE_HOURS must be whole hours separated by commas, e.g. 24,1."
+    ) from None
 PORTAL_ORDER_MAX_COUNT = env_int("PORTAL_ORDER_MAX_COUNT", 8)
 # Checks order_submit runs under the project lock, in order (quota, budget, ...); each is a
 # callable(order_request) that raises to refuse.

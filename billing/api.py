@@ -22,7 +22,7 @@ from rest_framework.renderers import BaseRenderer, BrowsableAPIRenderer, JSONRen
 from rest_framework.response import Response
 
 from audit.services import audit_set_object
-from billing.budgets import BudgetStatus, budget_statuses
+from billing.budgets import BudgetStatus, budget_set, budget_statuses
 from billing.forms import MAX_DAYS_BY_DAY, ReportForm
 from billing.models import Budget, BudgetAlert
 from billing.reports import (
@@ -35,7 +35,6 @@ from billing.reports import (
     cost_report,
     csv_rows,
 )
-from billing.services import budget_set
 from instances.models import Market
 from portal.models import Project
 from portal.schema import NO_NUL

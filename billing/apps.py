@@ -6,7 +6,7 @@ def _record_list_price(sender, instance, raw=False, **kwargs):
     """A type's list price changed (sync_catalog, the admin): keep it in the price history."""
     if raw:  # loading fixtures
         return
-    from billing.services import list_price_record
+    from billing.prices import list_price_record
 
     list_price_record(instance_type=instance)
 

@@ -14,13 +14,13 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from audit.csv_stream import csv_lines
 from billing.api import streamed_csv
-from billing.budgets import budget_statuses
+from billing.budgets import budget_set, budget_statuses
+from billing.cur import cur_import, cur_import_s3
 from billing.forms import BudgetForm, CurUploadForm, ReportForm, presets
 from billing.models import Budget, BudgetAlert, CurImport, CurResult, MeterMark
 from billing.money import dollars
 from billing.reports import GRANULARITIES, GROUPS, cost_report
 from billing.rules import rates_in_words, rules_in_words
-from billing.services import budget_set, cur_import, cur_import_s3
 from instances.models import InstanceType, Market
 from portal.errors import Forbidden
 from portal.models import Membership, Project

@@ -10,10 +10,9 @@ import pytest
 from django.core import mail
 from django.utils import timezone
 
-from billing.budgets import budget_status
+from billing.budgets import budget_set, budget_status, budgets_check
 from billing.models import Budget, BudgetAlert
 from billing.money import micros
-from billing.services import budget_set, budgets_check
 from instances.models import Instance
 from portal.errors import Forbidden
 from portal.models import Membership, Notice

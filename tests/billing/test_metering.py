@@ -11,9 +11,10 @@ from django.core.management import call_command
 from django.db.models import Max, Sum
 from django.utils import timezone
 
+from billing.metering import instance_meter, usage_meter
 from billing.models import DailyRollup, ListPrice, MeterMark, MeterState, RollupDelta, Usage
 from billing.money import micros
-from billing.services import instance_meter, rollups_rebuild, rollups_refresh, usage_meter
+from billing.rollups import rollups_rebuild, rollups_refresh
 from instances.models import InstanceEvent, InstanceType
 from instances.services import instance_type_save
 
@@ -489,16 +490,16 @@ def test_a_refresh_that_starts_while_another_runs_adds_nothing_twice(
     meter(now=at(hours=3))
     run(host(), at(hours=30), at(hours=31))  # the next day: new rollup rows to create
     usage_meter(now=at(hours=32))  # deltas pending
-    from billing import services
+    from billing import rollups
 
-    add = services._rollups_add
+    add = rollups._rollups_add
 
     def held(sums):  # the first refresh holds its transaction open while it adds
         if threading.current_thread().name == "first":
             time.sleep(0.5)
         return add(sums)
 
-    monkeypatch.setattr(services, "_rollups_add", held)
+    monkeypatch.setattr(rollups, "_rollups_add", held)
 
     errors: list[BaseException] = []
 

@@ -14,9 +14,10 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
+from billing.metering import usage_meter
 from billing.models import DailyRollup, ListPrice, SpotPrice
 from billing.money import micros
-from billing.services import rollups_refresh, usage_meter
+from billing.rollups import rollups_refresh
 from instances.models import Instance
 from instances.services import instance_transition
 

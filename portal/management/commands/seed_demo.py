@@ -50,7 +50,7 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         if not options["no_catalog"]:
             call_command("sync_catalog", stdout=self.stdout, stderr=self.stderr)
-            from billing.services import spot_prices_refresh
+            from billing.prices import spot_prices_refresh
 
             added = spot_prices_refresh()
             self.stdout.write(f"Spot prices: {added} new observations.")
@@ -80,8 +80,8 @@ class Command(BaseCommand):
                 quota_set(project=projects[slug], actor=admin, **limits)
         if not hasattr(projects["vision-lab"], "approval_policy"):
             approval_policy_set(project=projects["vision-lab"], actor=admin, gpus_above=8)
+        from billing.budgets import budget_set
         from billing.models import Budget
-        from billing.services import budget_set
 
         for slug, (amount, policy) in DEMO_BUDGETS.items():
             if not Budget.objects.filter(project=projects[slug]).exists():

@@ -526,4 +526,7 @@ CELERY_BEAT_SCHEDULE.update(
         },
     }
 )
+# What a host has cost so far (host pages, the instances API): billing's metering, so that the
+# live figure is the bill. callable(instances, *, now) -> {instance pk: Decimal dollars}.
+PORTAL_INSTANCE_COST = "billing.metering.costs_so_far"
 # --- end of billing settings -----------------------------------------------------------------

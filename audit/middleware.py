@@ -25,7 +25,6 @@ from __future__ import annotations
 import ipaddress
 import logging
 import time
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -41,22 +40,21 @@ from django.template.loader import render_to_string
 from django.urls import NoReverseMatch, Resolver404, resolve
 from django.utils import timezone
 
+from audit.bodies import ParsedBody, parse_body, summarize
 from audit.context import current_request_id, new_request_id, sane_request_id
+from audit.limits import Refusal, content_length, request_refusal
 from audit.models import Outcome
 from audit.redaction import (
     MAX_CARRIED_SECRETS,
     MIN_SECRET,
-    ParsedBody,
     canonical_json,
     clean_identifier,
     clean_text,
     escape_control,
     is_secret_key,
-    parse_body,
     redact_query,
     request_secrets,
     secret_values,
-    summarize,
 )
 from audit.services import app_version, audit_event_insert, body_digest
 
@@ -331,78 +329,6 @@ def _carried_secrets(request: HttpRequest) -> list[str]:
     if query:
         found += [value for name, value in parse_qsl(query) if value and is_secret_key(name)]
     return found
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """A request refused before anything reads it: too long a URL or header, too big a body."""
-
-    status: int
-    code: str
-    detail: str
-
-    def response(self, request: HttpRequest) -> HttpResponse:
-        if request.path_info.startswith("/api/"):
-            return JsonResponse({"code": self.code, "detail": self.detail}, status=self.status)
-        return HttpResponse(self.detail, status=self.status, content_type="text/plain")
-
-
-def content_length(request: HttpRequest) -> int | None:
-    """The Content-Length the caller claimed, or None when it claimed none that reads."""
-    length = request.META.get("CONTENT_LENGTH") or ""
-    # int() of more than 4,300 digits raises; no body is that long.
-    if not (length.isascii() and length.isdigit()) or len(length) > 30:
-        return None
-    return int(length)
-
-
-def request_refusal(request: HttpRequest) -> Refusal | None:
-    """Why the request is refused by the limits in settings, or None.
-
-    Checked first, on lengths alone: nothing of an oversized request is parsed, resolved,
-    redacted or handed to a view. (gunicorn refuses longer lines and headers itself, before
-    Django: see gunicorn.conf.py.)
-    """
-    path = len(request.path)
-    if path > settings.PORTAL_MAX_PATH_LENGTH:
-        return Refusal(
-            414,
-            "uri_too_long",
-            f"The path is {path} characters long; "
-            f"the portal accepts at most {settings.PORTAL_MAX_PATH_LENGTH}.",
-        )
-    query = len(request.META.get("QUERY_STRING", ""))
-    if query > settings.PORTAL_MAX_QUERY_LENGTH:
-        return Refusal(
-            414,
-            "uri_too_long",
-            f"The query string is {query} characters long; "
-            f"the portal accepts at most {settings.PORTAL_MAX_QUERY_LENGTH}.",
-        )
-    for name, value in request.META.items():
-        if (
-            (name.startswith("HTTP_") or name == "CONTENT_TYPE")
-            and isinstance(value, str)
-            and len(value) > settings.PORTAL_MAX_HEADER_LENGTH
-        ):
-            header = name.removeprefix("HTTP_").replace("_", "-").title()
-            return Refusal(
-                431,
-                "header_too_large",
-                f"The {header} header is {len(value)} characters long; "
-                f"the portal accepts at most {settings.PORTAL_MAX_HEADER_LENGTH}.",
-            )
-    size = content_length(request) or 0
-    upload = request.META.get("CONTENT_TYPE", "").startswith("multipart/form-data")
-    limit = settings.PORTAL_MAX_UPLOAD_BYTES if upload else settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-    if limit is not None and size > limit:
-        return Refusal(
-            413,
-            "body_too_large",
-            f"The body is {size} bytes; the portal accepts at most {limit} bytes "
-            f"{'in an upload' if upload else 'in a request body'}.",
-        )
-    return None
 
 
 def _role(user) -> str:

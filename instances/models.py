@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from decimal import Decimal
 
 from django.conf import settings
 from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils import timezone
+
+from portal import permissions
 
 MONEY = {"max_digits": 14, "decimal_places": 6}
 
@@ -141,11 +144,19 @@ class ProjectScopedQuerySet(models.QuerySet):
     """Rows that belong to a project: admins and finance read all, researchers their projects'."""
 
     def for_user(self, user):
-        if not user.is_authenticated:
-            return self.none()
-        if user.sees_everything:
-            return self.all()
-        return self.filter(project__memberships__user=user)
+        return permissions.visible(self, user)
+
+
+class InstanceQuerySet(ProjectScopedQuerySet):
+    def with_detail(self):
+        """What a host's row, page and worker read about it, in the same query."""
+        return self.select_related("order", "instance_type", "image", "project", "owner")
+
+    def with_events(self):
+        """Each host's timeline, oldest first, in one more query for the whole list."""
+        return self.prefetch_related(
+            models.Prefetch("events", queryset=InstanceEvent.objects.order_by("at", "id"))
+        )
 
 
 class Order(models.Model):
@@ -282,7 +293,7 @@ class Instance(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
 
-    objects = ProjectScopedQuerySet.as_manager()
+    objects = InstanceQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at", "id"]
@@ -334,6 +345,80 @@ class Instance(models.Model):
     @property
     def is_live(self) -> bool:
         return self.status in self.LIVE
+
+    @property
+    def ssh_command(self) -> str | None:
+        """How to reach a running host (None until it runs and has an address)."""
+        if self.status != self.Status.RUNNING or not self.public_ip:
+            return None
+        return f"ssh {self.image.ssh_user}@{self.public_ip}"
+
+    @property
+    def actions_now(self) -> list[HostAction]:
+        """The actions this host's status and market allow now (who may act is asked apart)."""
+        return [action for action in ACTIONS.values() if action.allows(self)]
+
+
+@dataclass(frozen=True)
+class HostAction:
+    """What a user may ask of a host: from which statuses, to which status, carried out by which
+    task (by name), on which markets."""
+
+    name: str
+    done: str  # "stopped": the past participle, for messages
+    allowed_from: frozenset[str]
+    to: str
+    task: str
+    markets: frozenset[str] = frozenset({"on_demand", "spot"})
+    confirm: str = ""  # what the confirmation dialog says happens
+    danger: bool = False  # cannot be undone: drawn as a danger button
+
+    @property
+    def label(self) -> str:
+        return self.name.capitalize()
+
+    def allows(self, instance: Instance) -> bool:
+        return instance.status in self.allowed_from and instance.market in self.markets
+
+
+S = Instance.Status
+# The one table of host actions: services, the reconciler, pages and the API read it.
+ACTIONS: dict[str, HostAction] = {
+    "stop": HostAction(
+        name="stop",
+        done="stopped",
+        allowed_from=frozenset({S.RUNNING}),
+        to=S.STOPPING,
+        task="instances.tasks.stop_instance",
+        # Spot hosts cannot be stopped: the cloud would not give the capacity back.
+        markets=frozenset({"on_demand"}),
+        confirm="Its disk is kept; while it is stopped you pay only for the disk.",
+    ),
+    "start": HostAction(
+        name="start",
+        done="started",
+        allowed_from=frozenset({S.STOPPED}),
+        to=S.STARTING,
+        task="instances.tasks.start_instance",
+        confirm="It boots from its kept disk; billing resumes once it runs.",
+    ),
+    "terminate": HostAction(
+        name="terminate",
+        done="terminated",
+        allowed_from=Instance.LIVE - {S.TERMINATING},
+        to=S.TERMINATING,
+        task="instances.tasks.terminate_instance",
+        confirm="The host and its disk are deleted; this cannot be undone.",
+        danger=True,
+    ),
+}
+# The task that carries a host out of each status it waits in (the reconciler re-sends it).
+TASK_OF_STATUS: dict[str, str] = {
+    S.REQUESTED: "instances.tasks.provision_instance",
+    S.PROVISIONING: "instances.tasks.provision_instance",
+    **{action.to: action.task for action in ACTIONS.values()},
+}
+del S
 
 
 class InstanceEvent(models.Model):

@@ -14,6 +14,7 @@ from django.conf import settings
 from instances import services
 from instances.models import Instance
 from instances.providers.base import ProviderPermanentError, ProviderTransientError
+from instances.selectors import instance_load
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ def provision_instance(self, instance_id: str) -> str:
             instance = services.instance_fail(
                 instance_id=instance_id,
                 reason=services.failure_reason(
-                    services.instance_load(instance_id), error, attempts=attempts
+                    instance_load(instance_id), error, attempts=attempts
                 ),
             )
             return instance.status
@@ -56,7 +57,7 @@ def provision_instance(self, instance_id: str) -> str:
     except ProviderPermanentError as error:
         instance = services.instance_fail(
             instance_id=instance_id,
-            reason=services.failure_reason(services.instance_load(instance_id), error),
+            reason=services.failure_reason(instance_load(instance_id), error),
         )
         return instance.status
     _poll_if_moving(instance)

@@ -19,10 +19,18 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from instances import services
-from instances.api_orders import events_prefetch, ssh_command
-from instances.filters import CatalogFilter
-from instances.models import Image, Instance, InstanceType, InterruptionPolicy, Market, Order
+from instances.api.filters import CatalogFilter
+from instances.models import (
+    ACTIONS,
+    Image,
+    Instance,
+    InstanceType,
+    InterruptionPolicy,
+    Market,
+    Order,
+)
 from instances.usage import cost_so_far, running_seconds
+from portal import permissions
 from portal.errors import Forbidden, PortalError
 from portal.models import Project
 from portal.views import forbidden
@@ -62,7 +70,7 @@ def catalog(request: HttpRequest) -> HttpResponse:
         "selected_models": filterset.data.getlist("gpu_model"),
         "sorts": SORTS,
         "total": offered.count(),
-        "can_order": services.can_order(request.user),
+        "can_order": permissions.can_order(request.user),
     }
     return render(request, "instances/catalog.html", context, status=200 if valid else 400)
 
@@ -88,9 +96,7 @@ class OrderForm(forms.Form):
 
     def __init__(self, *args, user, instance_type: InstanceType, **kwargs):
         super().__init__(*args, **kwargs)
-        projects = Project.objects.for_user(user)
-        if not user.is_portal_admin:
-            projects = projects.filter(memberships__user=user)
+        projects = permissions.orderable_projects(user)
         self.fields["project"].choices = [(p.slug, f"{p.name} ({p.slug})") for p in projects]
         self.fields["image"].choices = [
             (
@@ -138,7 +144,7 @@ def _estimate_context(instance_type: InstanceType, data) -> dict:
 def order_page(request: HttpRequest, name: str) -> HttpResponse:
     """Order hosts of one catalog type: the form, the live estimate, and the submit."""
     instance_type = get_object_or_404(InstanceType.objects.offered(), name=name)
-    if not services.can_order(request.user):
+    if not permissions.can_order(request.user):
         return forbidden(request, "Finance can read hosts and costs but cannot order hosts.")
     last = Order.objects.filter(requester=request.user).order_by("-created_at").first()
     initial = {
@@ -218,12 +224,7 @@ def order_estimate_partial(request: HttpRequest, name: str) -> HttpResponse:
 
 
 def _hosts_queryset(request: HttpRequest):
-    rows = (
-        Instance.objects.for_user(request.user)
-        .select_related("project", "owner", "instance_type", "image", "order")
-        .prefetch_related(events_prefetch())
-        .distinct()
-    )
+    rows = Instance.objects.for_user(request.user).with_detail().with_events().distinct()
     scope = request.GET.get("scope", "mine")
     if scope == "mine":
         rows = rows.filter(owner=request.user)
@@ -241,7 +242,7 @@ def _hosts_queryset(request: HttpRequest):
 def _host_rows(request: HttpRequest) -> dict:
     now = timezone.now()
     hosts = []
-    managed = services.managed_project_ids(request.user)
+    managed = permissions.managed_project_ids(request.user)
     for instance in _hosts_queryset(request)[:200]:
         events = list(instance.events.all())
         hosts.append(
@@ -249,8 +250,8 @@ def _host_rows(request: HttpRequest) -> dict:
                 "i": instance,
                 "running_seconds": running_seconds(events, now),
                 "cost": cost_so_far(instance, events, now),
-                "ssh": ssh_command(instance),
-                "can_act": services.instance_can_act(request.user, instance, managed),
+                "ssh": instance.ssh_command,
+                "can_act": permissions.can_act_on_host(request.user, instance, managed),
             }
         )
     return {
@@ -280,10 +281,7 @@ def hosts_rows_partial(request: HttpRequest) -> HttpResponse:
 
 def _visible_instance(request: HttpRequest, pk) -> Instance:
     return get_object_or_404(
-        Instance.objects.for_user(request.user)
-        .select_related("project", "owner", "instance_type", "image", "order")
-        .prefetch_related(events_prefetch())
-        .distinct(),
+        Instance.objects.for_user(request.user).with_detail().with_events().distinct(),
         pk=pk,
     )
 
@@ -296,8 +294,8 @@ def _host_context(request: HttpRequest, instance: Instance) -> dict:
         "events": list(reversed(events)),
         "running_seconds": running_seconds(events, now),
         "cost": cost_so_far(instance, events, now),
-        "ssh": ssh_command(instance),
-        "can_act": services.instance_can_act(request.user, instance),
+        "ssh": instance.ssh_command,
+        "can_act": permissions.can_act_on_host(request.user, instance),
         "moving": instance.status in Instance.MOVING or instance.status == "requested",
     }
 
@@ -312,13 +310,6 @@ def host_panel_partial(request: HttpRequest, pk) -> HttpResponse:
     return render(request, "instances/_host_panel.html", _host_context(request, instance))
 
 
-ACTIONS = {
-    "stop": services.instance_request_stop,
-    "start": services.instance_request_start,
-    "terminate": services.instance_request_terminate,
-}
-
-
 @require_POST
 def host_action(request: HttpRequest, pk, verb: str) -> HttpResponse:
     """Stop, start or terminate from a page; htmx gets the refreshed fragment back."""
@@ -327,7 +318,7 @@ def host_action(request: HttpRequest, pk, verb: str) -> HttpResponse:
         raise Http404
     target = request.headers.get("HX-Target", "")
     try:
-        ACTIONS[verb](instance=instance, user=request.user)
+        services.instance_request_action(instance=instance, user=request.user, action=verb)
     except PortalError as error:
         if target:
             response = HttpResponse(error.message, status=error.status)

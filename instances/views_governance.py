@@ -16,6 +16,8 @@ from billing.budgets import budget_statuses
 from instances import services
 from instances.models import Instance, Order
 from instances.quotas import quota_catalog_problems, usage
+from instances.selectors import orders_to_decide
+from portal import permissions
 from portal.errors import Forbidden, PortalError
 from portal.models import ApprovalPolicy, Membership, Notice, Project, Quota
 from portal.services import approval_policy_set, notices_mark_read, quota_set
@@ -86,7 +88,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         .select_related("instance_type", "project")
         .order_by("-created_at")[:6],
         "waiting": waiting,
-        "inbox": services.orders_to_decide(user).count() if services.can_order(user) else 0,
+        "inbox": orders_to_decide(user).count() if permissions.can_order(user) else 0,
         "notices": list(Notice.objects.filter(user=user)[:8]),
     }
     response = render(request, "instances/dashboard.html", context)
@@ -103,7 +105,7 @@ def approvals(request: HttpRequest) -> HttpResponse:
     ):
         return forbidden(request, "Only admins and project managers approve orders.")
     pending = (
-        services.orders_to_decide(request.user)
+        orders_to_decide(request.user)
         .select_related("requester", "project", "instance_type", "image")
         .order_by("created_at")
     )

@@ -18,13 +18,24 @@ class User(AbstractUser):
 
     objects = UserManager()
 
+    # Who someone is; what they may do is answered in portal/permissions.py. An inactive
+    # account holds no role.
     @property
     def is_portal_admin(self) -> bool:
-        return self.is_authenticated and (self.role == self.Role.ADMIN or self.is_superuser)
+        return (
+            self.is_authenticated
+            and self.is_active
+            and (self.role == self.Role.ADMIN or self.is_superuser)
+        )
 
     @property
     def is_finance(self) -> bool:
-        return self.is_authenticated and self.role == self.Role.FINANCE
+        return (
+            self.is_authenticated
+            and self.is_active
+            and self.role == self.Role.FINANCE
+            and not self.is_superuser
+        )
 
     @property
     def sees_everything(self) -> bool:
@@ -34,11 +45,12 @@ class User(AbstractUser):
 
 class ProjectQuerySet(models.QuerySet):
     def for_user(self, user) -> ProjectQuerySet:
-        if not user.is_authenticated:
+        """The projects this person may see (portal.permissions.visible_projects)."""
+        if not (user.is_authenticated and user.is_active):
             return self.none()
         if user.sees_everything:
             return self.all()
-        return self.filter(memberships__user=user).distinct()
+        return self.filter(pk__in=Membership.objects.filter(user=user).values("project_id"))
 
 
 class Project(models.Model):

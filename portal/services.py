@@ -12,6 +12,7 @@ from django.core.mail import send_mail
 from django.db import transaction
 from django.utils import timezone
 
+from portal import permissions
 from portal.errors import Forbidden
 from portal.models import (
     ApiToken,
@@ -120,7 +121,7 @@ def quota_set(*, project: Project, actor: User, user: User | None = None, **valu
         raise ValidationError(
             {name: "Not a quota field." for name in sorted(unknown)}, code="unknown_field"
         )
-    if not actor.is_portal_admin:
+    if not permissions.can_set_quotas(actor):
         raise Forbidden("Only admins change quotas.")
     if user is not None and not project.memberships.filter(user=user).exists():
         raise ValidationError(
@@ -168,7 +169,7 @@ def _quota_validate(quota: Quota) -> None:
 
 @transaction.atomic
 def quota_delete(*, quota: Quota, actor: User) -> None:
-    if not actor.is_portal_admin:
+    if not permissions.can_set_quotas(actor):
         raise Forbidden("Only admins change quotas.")
     QuotaChange.objects.create(quota=quota, changed_by=actor, before=_quota_values(quota), after={})
     quota.delete()
@@ -176,10 +177,7 @@ def quota_delete(*, quota: Quota, actor: User) -> None:
 
 @transaction.atomic
 def approval_policy_set(*, project: Project, actor: User, **values) -> ApprovalPolicy:
-    if (
-        not actor.is_portal_admin
-        and not project.memberships.filter(user=actor, role=Membership.Role.MANAGER).exists()
-    ):
+    if not permissions.can_set_approval_policy(actor, project):
         raise Forbidden("Only admins and the project's managers change its approval policy.")
     policy, _ = ApprovalPolicy.objects.get_or_create(project=project)
     for name, value in values.items():
@@ -250,7 +248,7 @@ def token_issue(*, user: User, name: str, days: int | None = None) -> tuple[ApiT
 
 @transaction.atomic
 def token_revoke(*, token: ApiToken, actor: User) -> ApiToken:
-    if token.user_id != actor.pk and not actor.is_portal_admin:
+    if not permissions.can_revoke_token(actor, token):
         raise Forbidden("You can revoke only your own tokens.")
     if token.revoked_at is None:
         ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(

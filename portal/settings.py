@@ -371,7 +371,7 @@ PORTAL_SIMULATED_BOOT_SECONDS = env_int("PORTAL_SIMULATED_BOOT_SECONDS", 6)
 PORTAL_SIMULATED_API_LATENCY_SECONDS = env_float("PORTAL_SIMULATED_API_LATENCY_SECONDS", 0)
 # Chance per hour that the simulated market takes back a running spot host.
 PORTAL_SIMULATED_INTERRUPTIONS_PER_HOUR = env_float("PORTAL_SIMULATED_INTERRUPTIONS_PER_HOUR", 0)
-# Faults of the simulated cloud, all off by default (instances.providers.simulated.Faults):
+# Faults of the simulated cloud, all off by default (instances.providers.faults.Faults):
 # seconds a host call's reply takes after the cloud acted; the chance a launch, stop, start or
 # terminate takes effect and then times out; launches that ignore the ClientToken (as moto);
 # the chance a call starts a throttling burst, and how many calls a burst refuses.

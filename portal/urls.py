@@ -9,8 +9,7 @@ from audit.api import AuditEventViewSet
 from billing.api import BudgetViewSet, CostViewSet
 from instances import views as instance_views
 from instances import views_governance as governance
-from instances.api import ImageViewSet, InstanceTypeViewSet
-from instances.api_orders import InstanceViewSet, OrderViewSet
+from instances.api import ImageViewSet, InstanceTypeViewSet, InstanceViewSet, OrderViewSet
 from instances.api_quotas import QuotaViewSet
 from portal import views
 from portal.api import ProjectViewSet, TokenViewSet

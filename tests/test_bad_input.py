@@ -296,13 +296,20 @@ def test_an_audit_time_past_the_calendar_answers_400(api_as, world, query, field
     assert "outside the calendar" in body["fields"][field][0]
 
 
-def test_the_largest_estimate_is_priced_not_a_500(api_as, world):
-    response = api_as(world["alice"]).get(
+def test_the_largest_estimate_is_priced_and_a_larger_one_refused(api_as, world, settings):
+    """An estimate takes the bounds an order has (settings), so it prices only orders one
+    could place."""
+    as_alice = api_as(world["alice"])
+    largest = as_alice.get(
         "/api/v1/orders/estimate/?instance_type=p5e.48xlarge&market=spot"
-        "&count=1000&lease_hours=8784"
+        f"&count={settings.PORTAL_ORDER_MAX_COUNT}&lease_hours={settings.PORTAL_LEASE_MAX_HOURS}"
     )
-    assert response.status_code == 200, response.content[:300]
-    assert float(response.json()["per_lease"]) > 1_000_000
+    assert largest.status_code == 200, largest.content[:300]
+    assert float(largest.json()["per_lease"]) > 10_000
+    for query, field in (("count=1000", "count"), ("lease_hours=8784", "lease_hours")):
+        refused = as_alice.get(f"/api/v1/orders/estimate/?instance_type=p5e.48xlarge&{query}")
+        assert refused.status_code == 400, query
+        assert field in refused.json()["fields"], refused.json()
 
 
 # --- the user filter tells nobody who exists -----------------------------------------------------

@@ -12,15 +12,13 @@ import ipaddress
 import json
 import logging
 import math
-import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -40,6 +38,7 @@ from instances.providers.base import (
     SpotPriceQuote,
     launch_tags,
 )
+from instances.providers.faults import FAULT_DICE, Faults, unit_hash
 
 log = logging.getLogger(__name__)
 
@@ -50,92 +49,6 @@ SPOT_STEP = timedelta(minutes=10)
 SPOT_PERIOD_SECONDS = 6 * 3600
 SPOT_HISTORY_LIMIT = timedelta(days=7)
 _EPOCH = datetime(2020, 1, 1, tzinfo=UTC)
-
-
-def _unit_hash(*parts: object) -> float:
-    """A stable number in [0, 1) from the parts (Python's hash() is salted per process)."""
-    digest = hashlib.sha256("|".join(map(str, parts)).encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64
-
-
-@dataclass(frozen=True)
-class Faults:
-    """How the simulated cloud misbehaves, the ways EC2 (or a network in front of it) does.
-
-    All off by default. ``reply_latency`` delays every host call's answer *after* the cloud
-    acted, so a worker can die between "the cloud launched it" and "the row recorded it". A
-    lost reply is a launch, stop, start or terminate that takes effect and then times out (a
-    transient error). With ``ignore_client_tokens`` every launch makes a new host, as moto does.
-    A throttling burst refuses ``throttle_burst_calls`` calls in a row with RequestLimitExceeded
-    before they do anything.
-    """
-
-    reply_latency: float = 0.0
-    lost_reply_rate: float = 0.0
-    ignore_client_tokens: bool = False
-    throttle_rate: float = 0.0
-    throttle_burst_calls: int = 5
-
-    @classmethod
-    def from_settings(cls) -> Faults:
-        faults = cls(
-            reply_latency=settings.PORTAL_SIMULATED_REPLY_LATENCY_SECONDS,
-            lost_reply_rate=settings.PORTAL_SIMULATED_LOST_REPLY_RATE,
-            ignore_client_tokens=settings.PORTAL_SIMULATED_IGNORE_CLIENT_TOKENS,
-            throttle_rate=settings.PORTAL_SIMULATED_THROTTLE_RATE,
-            throttle_burst_calls=settings.PORTAL_SIMULATED_THROTTLE_BURST_CALLS,
-        )
-        for name, value in (
-            ("PORTAL_SIMULATED_LOST_REPLY_RATE", faults.lost_reply_rate),
-            ("PORTAL_SIMULATED_THROTTLE_RATE", faults.throttle_rate),
-        ):
-            if not 0 <= value <= 1:
-                raise ImproperlyConfigured(f"{name} is a chance between 0 and 1, not {value}.")
-        if faults.reply_latency < 0:
-            raise ImproperlyConfigured("PORTAL_SIMULATED_REPLY_LATENCY_SECONDS cannot be negative.")
-        if faults.throttle_burst_calls < 1:
-            raise ImproperlyConfigured("PORTAL_SIMULATED_THROTTLE_BURST_CALLS must be at least 1.")
-        return faults
-
-    @property
-    def rolled(self) -> bool:
-        """Whether any fault needs the dice (latency and tokens do not)."""
-        return bool(self.lost_reply_rate or self.throttle_rate)
-
-
-class FaultDice:
-    """Which host call of this process meets which fault.
-
-    One per process, not per provider object: a task builds a new provider each run, and a
-    throttling burst must outlast one task as it outlasts one caller on EC2. The n-th call of
-    a process draws the n-th numbers of the seed, so a process repeats its faults when seeded.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.reset()
-
-    def reset(self) -> None:
-        with self._lock:
-            self.calls = 0
-            self.burst_left = 0
-
-    def roll(self, seed: int, faults: Faults) -> tuple[bool, bool]:
-        """(throttled, reply lost) for the next call."""
-        with self._lock:
-            n = self.calls
-            self.calls += 1
-            if self.burst_left:
-                self.burst_left -= 1
-                throttled = True
-            else:
-                throttled = _unit_hash(seed, "throttle", n) < faults.throttle_rate
-                if throttled:
-                    self.burst_left = faults.throttle_burst_calls - 1
-        return throttled, _unit_hash(seed, "lost-reply", n) < faults.lost_reply_rate
-
-
-FAULT_DICE = FaultDice()
 
 
 class SimulatedProvider(Provider):
@@ -174,8 +87,8 @@ class SimulatedProvider(Provider):
 
     def spot_price_at(self, instance_type: str, on_demand: Decimal, at: datetime) -> Decimal:
         """The simulated market: a type-specific discount that drifts on a six-hour wave."""
-        base = 0.28 + 0.14 * _unit_hash(self.seed, instance_type, "base")
-        phase = 2 * math.pi * _unit_hash(self.seed, instance_type, "phase")
+        base = 0.28 + 0.14 * unit_hash(self.seed, instance_type, "base")
+        phase = 2 * math.pi * unit_hash(self.seed, instance_type, "phase")
         seconds = (at - _EPOCH).total_seconds()
         ratio = base + 0.06 * math.sin(2 * math.pi * seconds / SPOT_PERIOD_SECONDS + phase)
         return (on_demand * Decimal(f"{ratio:.6f}")).quantize(Decimal("0.0001"))
@@ -251,7 +164,7 @@ class SimulatedProvider(Provider):
 
     def _address(self, network: str, *parts: object) -> str:
         net = ipaddress.ip_network(network)
-        offset = 1 + int(_unit_hash(self.seed, *parts) * (net.num_addresses - 2))
+        offset = 1 + int(unit_hash(self.seed, *parts) * (net.num_addresses - 2))
         return str(net.network_address + offset)
 
     def _spot_price_now(self, instance_type: str) -> Decimal | None:
@@ -269,7 +182,7 @@ class SimulatedProvider(Provider):
         bucket = 0
         while start + INTERRUPTION_BUCKET * bucket < now:
             at = start + INTERRUPTION_BUCKET * bucket
-            if _unit_hash(self.seed, host.cloud_id, "interrupt", bucket) < chance:
+            if unit_hash(self.seed, host.cloud_id, "interrupt", bucket) < chance:
                 return max(at, start)
             bucket += 1
         return None

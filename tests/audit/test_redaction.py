@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from audit.bodies import summarize_body
 from audit.models import AuditEvent
 from audit.redaction import (
     REDACTED,
@@ -21,7 +22,6 @@ from audit.redaction import (
     redact_data,
     redact_query,
     redact_text,
-    summarize_body,
 )
 from tests.audit.conftest import row_for
 

@@ -18,6 +18,7 @@ import pytest
 from django.test import RequestFactory
 
 from audit import redaction
+from audit.bodies import parse_body, summarize_body
 from audit.logredact import redact_record
 from audit.middleware import _carried_secrets
 from audit.redaction import (
@@ -27,14 +28,12 @@ from audit.redaction import (
     clean_identifier,
     clean_text,
     escape_control,
-    parse_body,
     redact_data,
     redact_identifier,
     redact_query,
     redact_text,
     request_secrets,
     secret_values,
-    summarize_body,
 )
 
 MB = 1 << 20

@@ -29,7 +29,8 @@ from instances.providers import simulated
 from instances.providers.base import (
     ProviderTransientError,
 )
-from instances.providers.simulated import FAULT_DICE, SimulatedProvider
+from instances.providers.faults import FAULT_DICE, Faults
+from instances.providers.simulated import SimulatedProvider
 from tests.instances.test_provider_contract import a_launch_request
 from tests.workers import Worker, purge_queues
 
@@ -72,7 +73,7 @@ def test_every_fault_is_off_unless_set(launch_request, monkeypatch):
     slept: list[float] = []
     monkeypatch.setattr(simulated.time, "sleep", slept.append)
     provider = SimulatedProvider()
-    assert provider.faults == simulated.Faults()
+    assert provider.faults == Faults()
     request = launch_request()
     hosts = {provider.launch(request).cloud_id for _ in range(3)}
     for _ in range(50):

@@ -14,6 +14,7 @@ neighbouring deployment, a refusing cloud or a lost task from doing harm.
 
 from __future__ import annotations
 
+import importlib
 import re
 import threading
 import uuid
@@ -43,6 +44,8 @@ from portal.models import Membership, Notice
 from portal.services import approval_policy_set, membership_set
 from tests.conftest import ED25519
 
+# The module (its name is shadowed by the function it exports on the package).
+reconcile_module = importlib.import_module("instances.services.reconcile")
 S = Instance.Status
 ORDERS = "/api/v1/orders/"
 INSTANCES = "/api/v1/instances/"
@@ -346,7 +349,7 @@ def test_a_launch_nobody_carries_out_is_sent_again_a_few_times_then_fails(
     settings.PORTAL_RECONCILE_MAX_RETRIES = 3
     instance = place_order(alice).instances.get()  # and its provisioning task is lost
     sent: list[tuple] = []
-    monkeypatch.setattr(services, "enqueue", lambda task, *args: sent.append((task, *args)))
+    monkeypatch.setattr(reconcile_module, "enqueue", lambda task, *args: sent.append((task, *args)))
     assert services.reconcile().enqueued == []  # just ordered: its task may still come
 
     for attempt in range(1, 4):
@@ -359,7 +362,7 @@ def test_a_launch_nobody_carries_out_is_sent_again_a_few_times_then_fails(
     time_passes(instance, 61)
     assert services.reconcile().enqueued == []
 
-    assert sent == [(tasks.provision_instance, str(instance.pk))] * 3
+    assert sent == [(tasks.provision_instance.name, str(instance.pk))] * 3
     instance.refresh_from_db()
     assert instance.status == S.FAILED
     assert instance.status_reason == (
@@ -378,7 +381,8 @@ def test_a_stop_nobody_carries_out_is_handed_to_the_admins_once(
     settings.PORTAL_RECONCILE_MAX_RETRIES = 2
     instance = running_host()
     sent: list[tuple] = []
-    monkeypatch.setattr(services, "enqueue", lambda task, *args: sent.append((task, *args)))
+    for module in (reconcile_module, services.actions):
+        monkeypatch.setattr(module, "enqueue", lambda task, *args: sent.append((task, *args)))
     services.instance_request_stop(instance=instance, user=alice)  # and the stop task is lost
     for _ in range(2):
         time_passes(instance, 61)
@@ -388,7 +392,7 @@ def test_a_stop_nobody_carries_out_is_handed_to_the_admins_once(
         assert services.reconcile().enqueued == []
 
     # The stop and its two re-sends; then the host stays stopping, for a person to look at.
-    assert sent == [(tasks.stop_instance, str(instance.pk))] * 3
+    assert sent == [(tasks.stop_instance.name, str(instance.pk))] * 3
     instance.refresh_from_db()
     assert instance.status == S.STOPPING
     gave_up = instance.events.filter(reason__contains="giving up")
@@ -505,13 +509,13 @@ def test_a_host_a_worker_records_during_the_pass_is_the_one_kept(
     services.instance_transition(instance=instance, to=S.PROVISIONING, reason="x", actor="t")
     earlier = second_host(instance, settings, seconds_ago=20)
     workers = second_host(instance, settings, seconds_ago=10)
-    real_record = services._record_host
+    real_record = services.cloud.instance_record_host
 
     def worker_records_first(row, host):
         Instance.objects.filter(pk=row.pk, cloud_id__isnull=True).update(cloud_id=workers.cloud_id)
         return real_record(row, host)
 
-    monkeypatch.setattr(services, "_record_host", worker_records_first)
+    monkeypatch.setattr(reconcile_module, "instance_record_host", worker_records_first)
     report = services.reconcile()
 
     assert report.adopted == []

@@ -8,7 +8,8 @@ from django.core.management.base import BaseCommand, CommandError
 from audit.services import audit_record_system
 from instances.models import Instance
 from instances.providers.base import ProviderError
-from instances.providers.simulated import Faults, SimulatedProvider
+from instances.providers.faults import Faults
+from instances.providers.simulated import SimulatedProvider
 
 
 class Command(BaseCommand):

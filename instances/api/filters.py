@@ -1,8 +1,4 @@
-"""Catalog filters, shared by the catalog page and ``GET /api/v1/instance-types/``.
-
-Each filter says what it accepts, so a bad value gets a message that tells the caller what to
-send instead.
-"""
+"""Filters of the catalog, images and hosts (the catalog page uses the same CatalogFilter)."""
 
 from __future__ import annotations
 
@@ -12,7 +8,13 @@ import django_filters
 from django import forms
 from django.db.models import DecimalField, ExpressionWrapper, F
 
-from instances.models import Image, InstanceType
+from instances.models import (
+    Image,
+    Instance,
+    InstanceType,
+    Market,
+)
+from portal.rest import YesNoFilter
 
 BOOLEAN_CHOICES = [("true", "yes"), ("false", "no"), ("1", "yes"), ("0", "no")]
 
@@ -161,3 +163,18 @@ class ImageFilter(django_filters.FilterSet):
     def filter_instance_type(self, queryset, name: str, value: str):
         compatible = [image.pk for image in queryset if image.supports(value)]
         return queryset.filter(pk__in=compatible)
+
+
+class InstanceFilter(django_filters.FilterSet):
+    status = django_filters.MultipleChoiceFilter(choices=Instance.Status.choices)
+    project = django_filters.CharFilter(field_name="project__slug")
+    instance_type = django_filters.CharFilter(field_name="instance_type__name")
+    market = django_filters.ChoiceFilter(choices=Market.choices)
+    mine = YesNoFilter(method="filter_mine", help_text="true: only my hosts")
+
+    class Meta:
+        model = Instance
+        fields: list[str] = []
+
+    def filter_mine(self, queryset, name: str, value: str):
+        return queryset.filter(owner=self.request.user) if value in ("true", "1") else queryset

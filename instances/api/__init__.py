@@ -1,0 +1,5 @@
+"""The instances API: serializers, views (viewsets) and filters; portal/urls.py routes them."""
+
+from instances.api.views import ImageViewSet, InstanceTypeViewSet, InstanceViewSet, OrderViewSet
+
+__all__ = ["ImageViewSet", "InstanceTypeViewSet", "InstanceViewSet", "OrderViewSet"]

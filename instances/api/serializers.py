@@ -1,0 +1,320 @@
+"""What the instances API reads and writes: catalog, orders, hosts, estimates."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+
+from instances import services
+from instances.models import (
+    Image,
+    Instance,
+    InstanceEvent,
+    InstanceType,
+    InterruptionPolicy,
+    Market,
+    Order,
+)
+from instances.sshkeys import validate_public_key
+from instances.usage import cost_so_far, running_seconds
+from portal.models import Project
+from portal.rest import LookupField, StrictSerializer
+
+READ_ONLY_MONEY = {"max_digits": 14, "decimal_places": 6, "read_only": True}
+
+
+class ImageSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Image
+        fields = [
+            "name",
+            "tensorflow_version",
+            "cuda_version",
+            "cudnn_version",
+            "nccl_version",
+            "python_version",
+            "min_driver_version",
+            "gpu_architectures",
+            "provider_image_ids",
+        ]
+
+
+class InstanceTypeSerializer(serializers.ModelSerializer):
+    on_demand_price_per_hour = serializers.DecimalField(**READ_ONLY_MONEY)
+    price_per_gpu_hour = serializers.DecimalField(**READ_ONLY_MONEY)
+    spot_price_per_hour = serializers.DecimalField(**READ_ONLY_MONEY, allow_null=True)
+    spot_price_per_gpu_hour = serializers.DecimalField(**READ_ONLY_MONEY, allow_null=True)
+    network_gbps = serializers.DecimalField(max_digits=8, decimal_places=1, read_only=True)
+    total_gpu_memory_gib = serializers.IntegerField(read_only=True)
+    compatible_images = serializers.SerializerMethodField()
+
+    class Meta:
+        model = InstanceType
+        fields = [
+            "name",
+            "provider",
+            "gpu_model",
+            "gpu_count",
+            "gpu_memory_gib",
+            "total_gpu_memory_gib",
+            "gpu_architecture",
+            "gpu_architecture_name",
+            "mig_profiles",
+            "vcpus",
+            "memory_gib",
+            "local_nvme_gb",
+            "network_gbps",
+            "network_burst",
+            "efa",
+            "regions",
+            "on_demand_price_per_hour",
+            "price_per_gpu_hour",
+            "spot_offered",
+            "spot_price_per_hour",
+            "spot_price_per_gpu_hour",
+            "spot_price_at",
+            "price_source",
+            "price_as_of",
+            "compatible_images",
+        ]
+
+    def get_compatible_images(self, obj: InstanceType) -> list[str]:
+        # The image table is small: load it once per response, not once per row.
+        images = self.context.setdefault("_images", list(Image.objects.filter(is_active=True)))
+        return [image.name for image in obj.compatible_images(images)]
+
+
+MONEY = {"max_digits": 14, "decimal_places": 6}
+
+
+class ProjectOfCaller(LookupField):
+    """A project slug, looked up among the projects the caller may see."""
+
+    def get_queryset(self):
+        request = self.context.get("request")
+        if request is None:
+            return Project.objects.none()
+        return Project.objects.for_user(request.user)
+
+
+class OrderBounds(StrictSerializer):
+    """An order's count and lease, bounded by settings (read when a request, or the schema,
+    needs them): an order and its estimate take the same values."""
+
+    count = serializers.IntegerField(default=1)
+    lease_hours = serializers.IntegerField(required=False)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # The limits are settings, read when a request (or the schema) needs them.
+        for name, limit in (
+            ("count", settings.PORTAL_ORDER_MAX_COUNT),
+            ("lease_hours", settings.PORTAL_LEASE_MAX_HOURS),
+        ):
+            field = self.fields[name]
+            field.min_value, field.max_value = 1, limit
+            message = f"{name} must be between 1 and {limit}."
+            field.validators += [
+                MinValueValidator(1, message=message),
+                MaxValueValidator(limit, message=message),
+            ]
+
+
+class OrderCreateSerializer(OrderBounds):
+    project = ProjectOfCaller(
+        slug_field="slug",
+        queryset=Project.objects.all(),
+        # The same answer for a project that does not exist and one the caller is not in:
+        # project names are not for strangers to discover.
+        error_messages={"does_not_exist": "You are not a member of a project called {value}."},
+    )
+    instance_type = LookupField(
+        slug_field="name",
+        queryset=InstanceType.objects.offered(),
+        error_messages={
+            "does_not_exist": "{value} is not in the catalog; see /api/v1/instance-types/."
+        },
+    )
+    image = LookupField(
+        slug_field="name",
+        queryset=Image.objects.filter(is_active=True),
+        error_messages={"does_not_exist": "{value} is not an image; see /api/v1/images/."},
+    )
+    market = serializers.ChoiceField(choices=Market.choices)
+    lease_hours = serializers.IntegerField(required=False)
+    ssh_public_key = serializers.CharField(trim_whitespace=True)
+    max_spot_price = serializers.DecimalField(
+        **MONEY,
+        required=False,
+        allow_null=True,
+        min_value=Decimal("0.000001"),
+        error_messages={"min_value": "max_spot_price must be more than 0."},
+    )
+    interruption_policy = serializers.ChoiceField(
+        choices=InterruptionPolicy.choices, required=False, allow_blank=True
+    )
+
+    def validate_ssh_public_key(self, value: str) -> str:
+        # Checked here too so that a bad key is reported with the other field problems.
+        validate_public_key(value)
+        return value
+
+
+class EventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = InstanceEvent
+        fields = ["old_status", "new_status", "reason", "at", "actor"]
+
+
+class InstanceSerializer(serializers.ModelSerializer):
+    order = serializers.UUIDField(source="order_id", read_only=True)
+    project = serializers.CharField(source="project.slug", read_only=True)
+    owner = serializers.CharField(source="owner.username", read_only=True)
+    instance_type = serializers.CharField(source="instance_type.name", read_only=True)
+    gpu_model = serializers.CharField(source="instance_type.gpu_model", read_only=True)
+    gpu_count = serializers.IntegerField(source="instance_type.gpu_count", read_only=True)
+    image = serializers.CharField(source="image.name", read_only=True)
+    ssh_command = serializers.SerializerMethodField()
+    running_seconds = serializers.SerializerMethodField()
+    cost_so_far = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Instance
+        fields = [
+            "id",
+            "order",
+            "project",
+            "owner",
+            "instance_type",
+            "gpu_model",
+            "gpu_count",
+            "image",
+            "market",
+            "region",
+            "status",
+            "status_reason",
+            "status_changed_at",
+            "cloud_id",
+            "availability_zone",
+            "public_ip",
+            "private_ip",
+            "launched_at",
+            "lease_expires_at",
+            "created_at",
+            "ssh_command",
+            "running_seconds",
+            "cost_so_far",
+        ]
+        read_only_fields = fields
+
+    def get_ssh_command(self, obj: Instance) -> str | None:
+        return obj.ssh_command
+
+    def get_running_seconds(self, obj: Instance) -> int:
+        return running_seconds(list(obj.events.all()), self.context.get("now") or timezone.now())
+
+    @extend_schema(responses=serializers.DecimalField(**MONEY))
+    def get_cost_so_far(self, obj: Instance) -> str:
+        cost = cost_so_far(obj, list(obj.events.all()), self.context.get("now") or timezone.now())
+        return f"{cost:.6f}"
+
+
+class InstanceDetailSerializer(InstanceSerializer):
+    events = EventSerializer(many=True, read_only=True)
+
+    class Meta(InstanceSerializer.Meta):
+        fields = [*InstanceSerializer.Meta.fields, "events"]
+        read_only_fields = fields
+
+
+# An estimate multiplies a rate by hosts and hours: more digits than one rate.
+ESTIMATE_MONEY = {**MONEY, "max_digits": 20}
+
+
+class EstimateSerializer(serializers.Serializer):
+    price_per_host_hour = serializers.DecimalField(**MONEY)
+    per_hour = serializers.DecimalField(**ESTIMATE_MONEY)
+    per_day = serializers.DecimalField(**ESTIMATE_MONEY)
+    per_lease = serializers.DecimalField(**ESTIMATE_MONEY)
+    basis = serializers.CharField()
+
+
+class SpotOnlyChoiceField(serializers.ChoiceField):
+    """A spot order's choice; on-demand orders store "" and show null."""
+
+    def to_representation(self, value):
+        return None if value in ("", None) else super().to_representation(value)
+
+
+class OrderSerializer(serializers.ModelSerializer):
+    project = serializers.CharField(source="project.slug")
+    requester = serializers.CharField(source="requester.username")
+    decided_by = serializers.CharField(source="decided_by.username", default=None, allow_null=True)
+    interruption_policy = SpotOnlyChoiceField(
+        choices=InterruptionPolicy.choices,
+        allow_null=True,
+        help_text="What happens when the cloud takes a spot host back; null on on-demand",
+    )
+    instance_type = serializers.CharField(source="instance_type.name")
+    image = serializers.CharField(source="image.name")
+    quoted_price_per_hour = serializers.DecimalField(**MONEY)
+    max_spot_price = serializers.DecimalField(**MONEY, allow_null=True)
+    estimate = serializers.SerializerMethodField()
+    instances = InstanceSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Order
+        fields = [
+            "id",
+            "status",
+            "approval_reason",
+            "decided_by",
+            "decided_at",
+            "decision_reason",
+            "project",
+            "requester",
+            "instance_type",
+            "image",
+            "market",
+            "count",
+            "lease_hours",
+            "region",
+            "ssh_key_fingerprint",
+            "max_spot_price",
+            "interruption_policy",
+            "quoted_price_per_hour",
+            "estimate",
+            "created_at",
+            "instances",
+        ]
+        read_only_fields = fields
+
+    @extend_schema(responses=EstimateSerializer)
+    def get_estimate(self, obj: Order) -> dict:
+        """What the order costs at the price quoted when it was placed."""
+        return EstimateSerializer(services.order_quoted_estimate(obj)).data
+
+
+class DecisionSerializer(StrictSerializer):
+    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=500)
+
+
+class RejectionSerializer(StrictSerializer):
+    """What a rejection takes (documentation: the service says the same when it is missing)."""
+
+    reason = serializers.CharField(max_length=500, help_text="Why; the requester reads it")
+
+
+class EstimateQuerySerializer(OrderBounds):
+    instance_type = LookupField(
+        slug_field="name",
+        queryset=InstanceType.objects.offered(),
+        error_messages={"does_not_exist": "{value} is not in the catalog."},
+    )
+    market = serializers.ChoiceField(choices=Market.choices, default=Market.ON_DEMAND)
+    lease_hours = serializers.IntegerField(default=lambda: settings.PORTAL_LEASE_DEFAULT_HOURS)

@@ -1,0 +1,139 @@
+"""The writers of the catalog, orders and hosts (DESIGN rule 1: services are the only writers),
+one module per concern:
+
+- catalog: instance types and images from the cloud, spot prices seen
+- orders: estimate, validate, admit and place an order; the hosts it creates
+- approvals: approve, reject, expire held orders
+- transitions: the order and host state machines (the only writers of status)
+- actions: what users ask of a host (stop, start, terminate)
+- cloud: the worker side, talking to the cloud and recording what it said
+- reconcile: the loop that repairs lost and doubled work
+- leases: hosts whose lease ended
+- queue: sending tasks once a transaction commits
+
+Reads live in instances/selectors.py; who may do what in portal/permissions.py.
+"""
+
+from __future__ import annotations
+
+from instances.services.actions import (
+    instance_request_action,
+    instance_request_start,
+    instance_request_stop,
+    instance_request_terminate,
+)
+from instances.services.approvals import (
+    order_approve,
+    order_reject,
+    order_require_decider,
+    orders_expire,
+)
+from instances.services.catalog import (
+    SyncReport,
+    image_save,
+    image_upsert,
+    instance_type_record_spot_price,
+    instance_type_save,
+    instance_type_sync,
+)
+from instances.services.cloud import (
+    FAILURE_ADVICE,
+    failure_reason,
+    instance_action_refused,
+    instance_apply_cloud,
+    instance_cloud_action,
+    instance_fail,
+    instance_provision,
+    instance_record_host,
+    instance_sync,
+    launch_order_key,
+    launch_request,
+)
+from instances.services.leases import (
+    instance_system_stop,
+    leases_expire,
+)
+from instances.services.orders import (
+    Estimate,
+    OrderRequest,
+    approval_needed,
+    approvers_ask,
+    order_admit,
+    order_estimate,
+    order_instances_create,
+    order_quoted_estimate,
+    order_request_of,
+    order_submit,
+    order_validate,
+)
+from instances.services.queue import (
+    enqueue,
+)
+from instances.services.reconcile import (
+    GAVE_UP,
+    REENQUEUED,
+    ReconcileReport,
+    reconcile,
+)
+from instances.services.transitions import (
+    IllegalTransition,
+    actor_of,
+    audit_change,
+    instance_note,
+    instance_transition,
+    instance_walk,
+    order_transition,
+)
+
+__all__ = [
+    "FAILURE_ADVICE",
+    "GAVE_UP",
+    "REENQUEUED",
+    "Estimate",
+    "IllegalTransition",
+    "OrderRequest",
+    "ReconcileReport",
+    "SyncReport",
+    "actor_of",
+    "approval_needed",
+    "approvers_ask",
+    "audit_change",
+    "enqueue",
+    "failure_reason",
+    "image_save",
+    "image_upsert",
+    "instance_action_refused",
+    "instance_apply_cloud",
+    "instance_cloud_action",
+    "instance_fail",
+    "instance_note",
+    "instance_provision",
+    "instance_record_host",
+    "instance_request_action",
+    "instance_request_start",
+    "instance_request_stop",
+    "instance_request_terminate",
+    "instance_sync",
+    "instance_system_stop",
+    "instance_transition",
+    "instance_type_record_spot_price",
+    "instance_type_save",
+    "instance_type_sync",
+    "instance_walk",
+    "launch_order_key",
+    "launch_request",
+    "leases_expire",
+    "order_admit",
+    "order_approve",
+    "order_estimate",
+    "order_instances_create",
+    "order_quoted_estimate",
+    "order_reject",
+    "order_request_of",
+    "order_require_decider",
+    "order_submit",
+    "order_transition",
+    "order_validate",
+    "orders_expire",
+    "reconcile",
+]

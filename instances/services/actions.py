@@ -1,0 +1,66 @@
+"""What users ask of a host: stop, start, terminate (the cloud call is a task)."""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import transaction
+
+from instances.models import (
+    ACTIONS,
+    Instance,
+)
+from instances.services.queue import enqueue
+from instances.services.transitions import IllegalTransition, actor_of, instance_transition
+from portal import permissions
+from portal.errors import Conflict, Forbidden
+from portal.models import User
+
+log = logging.getLogger(__name__)
+
+
+def instance_request_action(*, instance: Instance, user: User, action: str) -> Instance:
+    """Ask for a stop, start or terminate (Instance's ACTIONS table says from which statuses,
+    to which status and by which task); the cloud call is a task sent once this commits. A
+    repeat of a request already made is a no-op."""
+    step = ACTIONS[action]
+    # Who may act is answered before what the host allows: someone who may not touch the host
+    # hears 403, never a 409 that describes a host that is not theirs to change.
+    if not permissions.can_act_on_host(user, instance):
+        raise Forbidden(f"You can see this host but not {action} it; ask its owner.")
+    if instance.market not in step.markets:
+        raise Conflict(
+            "Spot hosts cannot be stopped, only terminated (the cloud would not give the "
+            "capacity back).",
+            code="spot_cannot_stop",
+        )
+    with transaction.atomic():
+        row = Instance.objects.select_for_update().get(pk=instance.pk)
+        if row.status == step.to:
+            return row
+        if row.status not in step.allowed_from:
+            allowed = ", ".join(sorted(Instance.Status(s).label.lower() for s in step.allowed_from))
+            raise IllegalTransition(
+                f"This host is {row.get_status_display().lower()}; only {allowed} hosts can be "
+                f"{step.done}."
+            )
+        row, _ = instance_transition(
+            instance=row,
+            to=step.to,
+            reason=f"{action} requested by {user.username}",
+            actor=actor_of(user),
+        )
+        enqueue(step.task, str(row.pk))
+    return row
+
+
+def instance_request_stop(*, instance: Instance, user: User) -> Instance:
+    return instance_request_action(instance=instance, user=user, action="stop")
+
+
+def instance_request_start(*, instance: Instance, user: User) -> Instance:
+    return instance_request_action(instance=instance, user=user, action="start")
+
+
+def instance_request_terminate(*, instance: Instance, user: User) -> Instance:
+    return instance_request_action(instance=instance, user=user, action="terminate")

@@ -1,0 +1,132 @@
+"""Deciding held orders: approve (the admission checks run again), reject, expire."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from instances.models import (
+    Order,
+)
+from instances.services.orders import order_admit, order_instances_create, order_request_of
+from instances.services.transitions import IllegalTransition, actor_of, order_transition
+from portal import permissions
+from portal.errors import Conflict, Forbidden
+from portal.models import User
+from portal.services import notice_send
+
+log = logging.getLogger(__name__)
+
+
+def _lock_undecided(order: Order) -> Order:
+    """Lock a waiting order; a second click, or a second approver, gets a 409 (not a second set
+    of hosts)."""
+    row = Order.objects.select_for_update().get(pk=order.pk)
+    if row.status != Order.Status.PENDING_APPROVAL:
+        raise Conflict(
+            f"This order was already {row.get_status_display().lower()}"
+            + (f" by {row.decided_by.username}" if row.decided_by_id else "")
+            + "; nothing was changed.",
+            code="already_decided",
+        )
+    return row
+
+
+def order_require_decider(*, order: Order, user: User) -> None:
+    """Refuse (403) anyone who may not decide this order, before anything about the order's
+    state or the decision's wording is looked at: those answers are for deciders only."""
+    if not permissions.can_decide(user, order):
+        raise Forbidden("Only an admin or a manager of the project (not the requester) decides.")
+
+
+def order_approve(*, order: Order, user: User, reason: str = "") -> Order:
+    """Approve a waiting order: the checks run again under the lock, then it provisions."""
+    order_require_decider(order=order, user=user)
+    with transaction.atomic():
+        order = _lock_undecided(order)
+        order_admit(order_request_of(order))
+        order, _ = order_transition(
+            order=order,
+            to=Order.Status.APPROVED,
+            reason=reason or "approved",
+            actor=actor_of(user),
+        )
+        Order.objects.filter(pk=order.pk).update(
+            decided_by=user, decided_at=timezone.now(), decision_reason=reason[:500]
+        )
+        order_instances_create(order)
+        notice_send(
+            user=order.requester,
+            subject=f"Approved: {order.count}× {order.instance_type.name} for {order.project.slug}",
+            body=f"{user.username} approved your order; its hosts are being provisioned."
+            + (f" Note: {reason}" if reason else ""),
+            link="/hosts/",
+        )
+    order.refresh_from_db()
+    return order
+
+
+def order_reject(*, order: Order, user: User, reason: str) -> Order:
+    order_require_decider(order=order, user=user)
+    reason = (reason or "").strip()
+    if not reason:
+        raise ValidationError(
+            {"reason": "Say why, so the researcher can order differently."}, code="required"
+        )
+    with transaction.atomic():
+        order = _lock_undecided(order)
+        order, _ = order_transition(
+            order=order, to=Order.Status.REJECTED, reason=reason, actor=actor_of(user)
+        )
+        Order.objects.filter(pk=order.pk).update(
+            decided_by=user, decided_at=timezone.now(), decision_reason=reason[:500]
+        )
+        notice_send(
+            user=order.requester,
+            subject=f"Rejected: {order.count}× {order.instance_type.name} for {order.project.slug}",
+            body=f"{user.username} rejected your order: {reason}",
+            link="/catalog/",
+        )
+    order.refresh_from_db()
+    return order
+
+
+def orders_expire(*, now: datetime | None = None) -> list[str]:
+    """Expire orders that waited longer than their project's policy allows."""
+    now = now or timezone.now()
+    expired = []
+    waiting = Order.objects.filter(status=Order.Status.PENDING_APPROVAL).select_related(
+        "project__approval_policy", "instance_type", "requester"
+    )
+    for order in waiting:
+        policy = getattr(order.project, "approval_policy", None)
+        days = policy.expire_after_days if policy else settings.PORTAL_APPROVAL_EXPIRY_DAYS
+        if order.created_at > now - timedelta(days=days):
+            continue
+        with transaction.atomic():
+            try:
+                _, changed = order_transition(
+                    order=order,
+                    to=Order.Status.EXPIRED,
+                    reason=f"nobody decided within {days} days",
+                    actor="system:expire",
+                )
+            except IllegalTransition:
+                continue  # decided meanwhile
+            if not changed:
+                continue  # another pass expired it first and told the requester
+            notice_send(
+                user=order.requester,
+                subject=f"Expired: {order.count}× {order.instance_type.name} for "
+                f"{order.project.slug}",
+                body=f"Nobody approved your order within {days} days; order again if you "
+                "still need it.",
+                link="/catalog/",
+            )
+        expired.append(str(order.pk))
+    return expired

@@ -1,0 +1,168 @@
+"""The catalog: instance types and images synced from the cloud, and spot prices seen."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+
+from django.db import transaction
+
+from instances.catalog import ListPrice, gpu_reference
+from instances.models import (
+    Image,
+    InstanceType,
+)
+from instances.providers.base import (
+    InstanceTypeSpec,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SyncReport:
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    deactivated: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        parts = [
+            f"{len(self.created)} created",
+            f"{len(self.updated)} updated",
+            f"{len(self.unchanged)} unchanged",
+            f"{len(self.deactivated)} deactivated",
+            f"{len(self.skipped)} skipped",
+        ]
+        return ", ".join(parts)
+
+
+@transaction.atomic
+def instance_type_sync(
+    *,
+    provider: str,
+    specs: list[InstanceTypeSpec],
+    prices: dict[str, ListPrice],
+    deactivate_missing: bool = True,
+) -> SyncReport:
+    """Create or update the catalog from what the cloud offers and what the price file says.
+
+    A type without a list price, or with a GPU the reference does not know, is skipped with a
+    reason rather than offered at a made-up price.
+    """
+    report = SyncReport()
+    seen = set()
+    for spec in specs:
+        price = prices.get(spec.name)
+        if price is None:
+            report.skipped[spec.name] = "no list price in the price file"
+            continue
+        gpu = gpu_reference(spec.gpu_model, spec.gpu_memory_gib)
+        if gpu is None:
+            report.skipped[spec.name] = f"GPU model {spec.gpu_model} is not in gpus.json"
+            continue
+        seen.add(spec.name)
+        values = {
+            "gpu_model": gpu.model,
+            "gpu_count": spec.gpu_count,
+            "gpu_memory_gib": spec.gpu_memory_gib,
+            "gpu_architecture": gpu.compute_capability,
+            "gpu_architecture_name": gpu.architecture,
+            "mig_profiles": list(gpu.mig_profiles),
+            "vcpus": spec.vcpus,
+            "memory_gib": spec.memory_gib,
+            "local_nvme_gb": spec.local_nvme_gb,
+            "network_gbps": spec.network_gbps,
+            "network_burst": spec.network_burst,
+            "efa": spec.efa,
+            "regions": sorted(spec.regions),
+            "on_demand_price_per_hour": price.on_demand,
+            "price_source": price.source[:300],
+            "price_as_of": price.as_of,
+            "spot_offered": spec.spot,
+            "is_active": True,
+        }
+        row = (
+            InstanceType.objects.select_for_update()
+            .filter(provider=provider, name=spec.name)
+            .first()
+        )
+        if row is None:
+            row = InstanceType(provider=provider, name=spec.name, **values)
+            row.full_clean()
+            row.save()
+            report.created.append(spec.name)
+            continue
+        if provider == InstanceType.Provider.EC2:
+            # EC2 describes one region at a time: keep the regions seen before.
+            values["regions"] = sorted(set(row.regions) | set(spec.regions))
+        changed = [name for name, value in values.items() if getattr(row, name) != value]
+        if not changed:
+            report.unchanged.append(spec.name)
+            continue
+        for name in changed:
+            setattr(row, name, values[name])
+        row.full_clean()
+        row.save()
+        report.updated.append(spec.name)
+    if deactivate_missing:
+        gone = InstanceType.objects.filter(provider=provider, is_active=True).exclude(name__in=seen)
+        report.deactivated = sorted(gone.values_list("name", flat=True))
+        gone.update(is_active=False)
+    return report
+
+
+@transaction.atomic
+def image_upsert(*, row: dict) -> tuple[Image, bool]:
+    """Create or update an image from a row of images.json (or the same shape)."""
+    fields = {
+        key: row[key]
+        for key in (
+            "tensorflow_version",
+            "cuda_version",
+            "cudnn_version",
+            "nccl_version",
+            "python_version",
+            "min_driver_version",
+            "gpu_architectures",
+            "provider_image_ids",
+        )
+    }
+    image = Image.objects.filter(name=row["name"]).first() or Image(name=row["name"])
+    created = image.pk is None
+    for key, value in fields.items():
+        setattr(image, key, value)
+    image.full_clean()
+    image.save()
+    return image, created
+
+
+@transaction.atomic
+def instance_type_save(*, instance_type: InstanceType) -> InstanceType:
+    """Save a type edited in the Django admin, validating it first."""
+    instance_type.full_clean()
+    instance_type.save()
+    return instance_type
+
+
+@transaction.atomic
+def image_save(*, image: Image) -> Image:
+    image.full_clean()
+    image.save()
+    return image
+
+
+@transaction.atomic
+def instance_type_record_spot_price(
+    *, instance_type_id: int, price_per_hour: Decimal, at: datetime
+) -> bool:
+    """Keep the newest spot price on the type; an older observation never replaces a newer one."""
+    updated = (
+        InstanceType.objects.filter(pk=instance_type_id)
+        .exclude(spot_price_at__gt=at)
+        .update(spot_price_per_hour=price_per_hour, spot_price_at=at)
+    )
+    return bool(updated)

@@ -1,0 +1,292 @@
+"""The worker side: talk to the cloud, then record what it said."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.conf import settings
+from django.utils import timezone
+
+from instances.models import (
+    Instance,
+)
+from instances.providers import get_provider
+from instances.providers.base import (
+    TAG_INSTANCE,
+    TAG_OWNER,
+    TAG_PROJECT,
+    CloudHost,
+    CloudState,
+    LaunchRequest,
+    Provider,
+)
+from instances.selectors import instance_load
+from instances.services.transitions import instance_note, instance_transition, instance_walk
+from portal.services import notice_send
+
+log = logging.getLogger(__name__)
+
+
+# --- the worker side: talk to the cloud, then record what it said ----------------------------
+
+# Sentences a researcher can act on, by cloud error code.
+FAILURE_ADVICE = {
+    "InsufficientInstanceCapacity": (
+        "The cloud has no free {type} capacity in {region} right now. Try again later, another "
+        "instance type, or the other market."
+    ),
+    "InvalidAMIID.NotFound": "The image {image} does not exist in {region}; an admin must fix it.",
+    "SpotMaxPriceTooLow": "Your maximum spot price is below the spot price; order again higher.",
+    "IdempotentParameterMismatch": "The cloud saw a different launch under this host's token.",
+}
+
+
+def failure_reason(instance: Instance, error: Exception, *, attempts: int | None = None) -> str:
+    code = getattr(error, "code", "")
+    advice = FAILURE_ADVICE.get(code, "The cloud refused the launch.")
+    text = advice.format(
+        type=instance.instance_type.name, region=instance.region, image=instance.image.name
+    )
+    if attempts:
+        text += f" (gave up after {attempts} attempts)"
+    return f"{text} [{code or type(error).__name__}: {error}]"
+
+
+def launch_request(instance: Instance) -> LaunchRequest:
+    order = instance.order
+    return LaunchRequest(
+        client_token=instance.client_token,
+        instance_uuid=str(instance.id),
+        instance_type=instance.instance_type.name,
+        image_id=instance.image.image_id_for(instance.region) or "",
+        market=instance.market,
+        ssh_public_key=order.ssh_public_key,
+        max_spot_price=order.max_spot_price,
+        tags={
+            TAG_INSTANCE: str(instance.id),
+            TAG_PROJECT: instance.project.slug,
+            TAG_OWNER: instance.owner.username,
+        },
+    )
+
+
+def launch_order_key(host: CloudHost) -> tuple:
+    """Which of several hosts of one instance is kept: the earliest launched, as the
+    provisioner picks it (instance_provision), so that both choose the same one."""
+    return (host.launched_at, host.cloud_id)
+
+
+def instance_record_host(instance: Instance, host: CloudHost) -> bool:
+    """Keep the cloud's identity and addresses of the host on the row (not a status change).
+    False when the row already belongs to another host (a double): that host says nothing
+    about this row."""
+    fields = {
+        "availability_zone": host.availability_zone,
+        "private_ip": host.private_ip,
+        "public_ip": host.public_ip,
+        "launched_at": host.launched_at,
+    }
+    if host.state not in CloudState.GONE:
+        fields["last_seen_at"] = timezone.now()
+    rows = Instance.objects.filter(pk=instance.pk)
+    if instance.cloud_id is None:
+        # Conditional: of two workers recording two hosts, the first wins and the other
+        # host becomes a double for reconcile to end.
+        if not rows.filter(cloud_id__isnull=True).update(cloud_id=host.cloud_id, **fields):
+            instance.refresh_from_db()
+            return instance.cloud_id == host.cloud_id
+        instance.cloud_id = host.cloud_id
+    elif instance.cloud_id != host.cloud_id:
+        return False
+    else:
+        rows.update(**fields)
+    for name, value in fields.items():
+        setattr(instance, name, value)
+    return True
+
+
+def instance_apply_cloud(*, instance: Instance, host: CloudHost | None, actor: str) -> Instance:
+    """Bring the row in step with what the cloud reports, at the cloud's own times."""
+    S = Instance.Status
+    if host is None:
+        seen = instance.last_seen_at or instance.launched_at or instance.status_changed_at
+        grace = timedelta(seconds=settings.PORTAL_GHOST_GRACE_SECONDS)
+        # EC2's describe is eventually consistent: a host launched a moment ago may not be
+        # listed yet. Only a host missing for longer than the grace is a ghost.
+        if instance.cloud_id and instance.is_live and seen < timezone.now() - grace:
+            # A ghost: live here, unknown to the cloud. It ended no later than we last saw it.
+            return instance_walk(
+                instance,
+                [S.TERMINATED],
+                reason="the cloud no longer knows this host",
+                actor=actor,
+                at=instance.last_seen_at or seen,
+            )
+        return instance
+    if not instance_record_host(instance, host):
+        return instance
+    at, state = host.state_changed_at, host.state
+    why = f"cloud reports {state}" + (f" ({host.state_reason})" if host.state_reason else "")
+    if state == CloudState.TERMINATED:
+        if instance.status == S.PROVISIONING:
+            return instance_walk(
+                instance,
+                [S.FAILED],
+                reason=f"the host ended before it ran: {why}",
+                actor=actor,
+                at=at,
+            )
+        if host.spot_interrupted and instance.status in (S.RUNNING, S.INTERRUPTED):
+            if instance.status == S.RUNNING:
+                _tell_interrupted(instance)
+            return instance_walk(
+                instance,
+                [S.INTERRUPTED, S.TERMINATED],
+                reason=f"spot capacity reclaimed by the cloud: {why}",
+                actor=actor,
+                at=at,
+            )
+        return instance_walk(instance, [S.TERMINATED], reason=why, actor=actor, at=at)
+    if state == CloudState.SHUTTING_DOWN:
+        return instance_walk(instance, [S.TERMINATING], reason=why, actor=actor, at=at)
+    if state == CloudState.RUNNING:
+        if instance.status == S.STOPPED:
+            return instance_walk(instance, [S.STARTING, S.RUNNING], reason=why, actor=actor, at=at)
+        if instance.status in (S.PROVISIONING, S.STARTING):
+            return instance_walk(instance, [S.RUNNING], reason=why, actor=actor, at=at)
+        return instance
+    if state == CloudState.STOPPED:
+        if instance.status in (S.RUNNING, S.STOPPING):
+            return instance_walk(instance, [S.STOPPING, S.STOPPED], reason=why, actor=actor, at=at)
+        return instance
+    if state == CloudState.STOPPING and instance.status == S.RUNNING:
+        return instance_walk(instance, [S.STOPPING], reason=why, actor=actor, at=at)
+    return instance
+
+
+def _tell_interrupted(instance: Instance) -> None:
+    """The owner hears about an interruption at once (every interruption policy notifies)."""
+    notice_send(
+        user=instance.owner,
+        subject=f"Spot host interrupted: {instance.instance_type.name} in {instance.project.slug}",
+        body=f"The cloud took back spot host {instance.cloud_id}. Data on its local disks is "
+        "gone; order again (on-demand cannot be interrupted).",
+        link=f"/hosts/{instance.pk}/",
+    )
+
+
+def instance_provision(*, instance_id, provider: Provider | None = None) -> Instance:
+    """Launch the host of a requested instance, or find the one a crashed worker launched.
+
+    Safe to run any number of times: the client token and the tag make a second run find or
+    return the same host, and a row that was terminated meanwhile gets its host terminated.
+    """
+    actor = "system:provision"
+    instance = instance_load(instance_id)
+    if instance.status == Instance.Status.REQUESTED:
+        instance, _ = instance_transition(
+            instance=instance, to=Instance.Status.PROVISIONING, reason="launching", actor=actor
+        )
+    if instance.status != Instance.Status.PROVISIONING:
+        return instance
+    provider = provider or get_provider()
+    existing = provider.find_tagged(str(instance.id))
+    if existing:
+        host = min(existing, key=launch_order_key)
+    else:
+        host = provider.launch(launch_request(instance))
+    instance = instance_load(instance_id)
+    if not instance.is_live or instance.status == Instance.Status.TERMINATING:
+        # Terminated while the launch was in flight: the host must not outlive its row.
+        instance_record_host(instance, host)
+        provider.terminate(host.cloud_id)
+        instance_note(
+            instance=instance,
+            note=f"terminated host {host.cloud_id} launched after the order was cancelled",
+            actor=actor,
+        )
+        if instance.status == Instance.Status.TERMINATING:
+            return instance_apply_cloud(
+                instance=instance,
+                host=provider.describe([host.cloud_id]).get(host.cloud_id),
+                actor=actor,
+            )
+        return instance
+    return instance_apply_cloud(instance=instance, host=host, actor=actor)
+
+
+def instance_fail(*, instance_id, reason: str) -> Instance:
+    instance = instance_load(instance_id)
+    if instance.status in (Instance.Status.REQUESTED, Instance.Status.PROVISIONING):
+        instance, _ = instance_transition(
+            instance=instance, to=Instance.Status.FAILED, reason=reason, actor="system:provision"
+        )
+    return instance
+
+
+def instance_sync(*, instance_id, provider: Provider | None = None) -> Instance:
+    """Ask the cloud about one host and record what it says."""
+    instance = instance_load(instance_id)
+    if not instance.cloud_id or not instance.is_live:
+        return instance
+    provider = provider or get_provider()
+    host = provider.describe([instance.cloud_id]).get(instance.cloud_id)
+    return instance_apply_cloud(instance=instance, host=host, actor="system:sync")
+
+
+def instance_action_refused(*, instance_id, action: str, error: Exception) -> Instance:
+    """The cloud refused a stop or start for good: put the row back where the host is, so it
+    neither shows a move that will never happen nor stops being metered."""
+    instance = instance_load(instance_id)
+    back = {
+        "stop": (Instance.Status.STOPPING, Instance.Status.RUNNING),
+        "start": (Instance.Status.STARTING, Instance.Status.STOPPED),
+    }.get(action)
+    if back is None or instance.status != back[0]:
+        return instance_sync(instance_id=instance_id)
+    instance, _ = instance_transition(
+        instance=instance,
+        to=back[1],
+        reason=f"the cloud refused to {action} it: {error}",
+        actor=f"system:{action}",
+    )
+    return instance
+
+
+def instance_cloud_action(
+    *, instance_id, action: str, provider: Provider | None = None
+) -> Instance:
+    """Carry out a stop, start or terminate the user asked for, once the row says so."""
+    expected = {
+        "stop": Instance.Status.STOPPING,
+        "start": Instance.Status.STARTING,
+        "terminate": Instance.Status.TERMINATING,
+    }[action]
+    actor = f"system:{action}"
+    instance = instance_load(instance_id)
+    if instance.status != expected:
+        return instance
+    provider = provider or get_provider()
+    if action == "terminate":
+        hosts = {h.cloud_id: h for h in provider.find_tagged(str(instance.id))}
+        if instance.cloud_id:
+            hosts.setdefault(instance.cloud_id, None)
+        if not hosts:
+            return instance_walk(
+                instance,
+                [Instance.Status.TERMINATED],
+                reason="nothing was running in the cloud yet",
+                actor=actor,
+                at=timezone.now(),
+            )
+        results = [provider.terminate(cloud_id) for cloud_id in sorted(hosts)]
+        mine = next(
+            (h for h in results if h is not None and h.cloud_id == instance.cloud_id),
+            next((h for h in results if h is not None), None),
+        )
+        return instance_apply_cloud(instance=instance, host=mine, actor=actor)
+    if not instance.cloud_id:
+        return instance
+    host = getattr(provider, action)(instance.cloud_id)
+    return instance_apply_cloud(instance=instance, host=host, actor=actor)

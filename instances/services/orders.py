@@ -1,0 +1,421 @@
+"""Orders: estimate, validate, admit (under the project lock) and place; the hosts an admitted
+order creates."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import uuid
+from dataclasses import dataclass
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from instances.models import (
+    TASK_OF_STATUS,
+    Image,
+    Instance,
+    InstanceEvent,
+    InstanceType,
+    InterruptionPolicy,
+    Market,
+    Order,
+    OrderEvent,
+)
+from instances.services.queue import enqueue
+from instances.services.transitions import actor_of
+from instances.sshkeys import validate_public_key
+from portal import permissions
+from portal.errors import Conflict, Forbidden
+from portal.models import ApprovalPolicy, Project, User
+from portal.services import notice_send
+
+log = logging.getLogger(__name__)
+
+
+# --- orders ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What an order will cost: per host-hour rate, and per hour, day and lease for all hosts."""
+
+    price_per_host_hour: Decimal
+    per_hour: Decimal
+    per_day: Decimal
+    per_lease: Decimal
+    basis: str
+
+    @classmethod
+    def at_rate(cls, rate: Decimal, *, count: int, lease_hours: int, basis: str) -> Estimate:
+        per_hour = rate * count
+        return cls(
+            price_per_host_hour=rate,
+            per_hour=per_hour,
+            per_day=per_hour * 24,
+            per_lease=per_hour * lease_hours,
+            basis=basis,
+        )
+
+
+def order_estimate(
+    *, instance_type: InstanceType, market: str, count: int, lease_hours: int
+) -> Estimate:
+    """List price for on-demand; the current spot price for spot (list price while unknown)."""
+    if market == Market.SPOT and instance_type.spot_price_per_hour is not None:
+        rate = instance_type.spot_price_per_hour
+        basis = f"spot price seen {instance_type.spot_price_at:%Y-%m-%d %H:%M} UTC"
+    else:
+        rate = instance_type.on_demand_price_per_hour
+        basis = "on-demand list price"
+        if market == Market.SPOT:
+            basis = "on-demand list price (no spot price seen yet)"
+    return Estimate.at_rate(rate, count=count, lease_hours=lease_hours, basis=basis)
+
+
+def order_quoted_estimate(order: Order) -> Estimate:
+    """What a placed order costs at the price quoted when it was placed."""
+    basis = "spot price when ordered" if order.market == Market.SPOT else "on-demand list price"
+    return Estimate.at_rate(
+        order.quoted_price_per_hour, count=order.count, lease_hours=order.lease_hours, basis=basis
+    )
+
+
+@dataclass(frozen=True)
+class OrderRequest:
+    """A validated order before it is placed; admission checks receive it."""
+
+    requester: User
+    project: Project
+    instance_type: InstanceType
+    image: Image
+    market: str
+    count: int
+    lease_hours: int
+    ssh_public_key: str
+    ssh_key_fingerprint: str
+    max_spot_price: Decimal | None
+    interruption_policy: str
+    region: str
+    estimate: Estimate
+
+    def fingerprint(self) -> str:
+        """Digest of what was asked for, to tell a replay from a different order."""
+        canonical = json.dumps(
+            {
+                "project": self.project.slug,
+                "instance_type": self.instance_type.name,
+                "image": self.image.name,
+                "market": self.market,
+                "count": self.count,
+                "lease_hours": self.lease_hours,
+                "ssh_public_key": self.ssh_public_key,
+                "max_spot_price": str(self.max_spot_price) if self.max_spot_price else None,
+                "interruption_policy": self.interruption_policy,
+            },
+            sort_keys=True,
+        )
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def order_validate(
+    *,
+    requester: User,
+    project: Project,
+    instance_type: InstanceType,
+    image: Image,
+    market: str,
+    count: int,
+    ssh_public_key: str,
+    lease_hours: int | None = None,
+    max_spot_price: Decimal | None = None,
+    interruption_policy: str = "",
+) -> OrderRequest:
+    """Check an order field by field; every problem is reported at once, named by its field."""
+    if not permissions.can_order(requester):
+        raise Forbidden("Finance can read hosts and costs but cannot order hosts.")
+    errors: dict[str, list[ValidationError]] = {}
+
+    def refuse(field_name: str, message: str, code: str) -> None:
+        errors.setdefault(field_name, []).append(ValidationError(message, code=code))
+
+    region = settings.PORTAL_REGION
+    lease_hours = settings.PORTAL_LEASE_DEFAULT_HOURS if lease_hours is None else lease_hours
+    if not permissions.can_order_in(requester, project):
+        refuse(
+            "project",
+            f"You are not a member of {project.slug}; pick one of your projects.",
+            "not_a_member",
+        )
+    if not project.is_active:
+        refuse("project", f"{project.slug} is closed and takes no new orders.", "inactive")
+    offered = InstanceType.objects.offered().filter(pk=instance_type.pk).exists()
+    if not offered:
+        refuse("instance_type", f"{instance_type.name} is not in the catalog.", "not_offered")
+    elif region not in instance_type.regions:
+        refuse(
+            "instance_type",
+            f"{instance_type.name} is not offered in {region}; it runs in "
+            f"{', '.join(instance_type.regions)}.",
+            "not_in_region",
+        )
+    if not image.is_active:
+        refuse("image", f"{image.name} is retired; pick a current image.", "inactive")
+    elif not image.supports(instance_type):
+        fits = ", ".join(i.name for i in instance_type.compatible_images()) or "none"
+        refuse(
+            "image",
+            f"{image.name} does not support the {instance_type.gpu_model} "
+            f"(compute capability {instance_type.gpu_architecture}); images that fit: {fits}.",
+            "incompatible_image",
+        )
+    elif image.image_id_for(region) is None:
+        refuse("image", f"{image.name} has no image in {region}.", "image_not_in_region")
+    if market not in Market.values:
+        refuse("market", "market accepts on_demand or spot.", "invalid_choice")
+    elif market == Market.SPOT and not instance_type.spot_offered:
+        refuse(
+            "market",
+            f"Spot is not offered for {instance_type.name}; order it on_demand.",
+            "spot_not_offered",
+        )
+    if not 1 <= count <= settings.PORTAL_ORDER_MAX_COUNT:
+        refuse(
+            "count",
+            f"count must be between 1 and {settings.PORTAL_ORDER_MAX_COUNT}.",
+            "out_of_range",
+        )
+    if not 1 <= lease_hours <= settings.PORTAL_LEASE_MAX_HOURS:
+        refuse(
+            "lease_hours",
+            f"lease_hours must be between 1 and {settings.PORTAL_LEASE_MAX_HOURS}.",
+            "out_of_range",
+        )
+    key_line, fingerprint = "", ""
+    try:
+        key_line, fingerprint = validate_public_key(ssh_public_key)
+    except ValidationError as error:
+        errors.setdefault("ssh_public_key", []).extend(error.error_list)
+    if market != Market.SPOT:
+        if max_spot_price is not None:
+            refuse("max_spot_price", "max_spot_price applies to spot orders only.", "spot_only")
+        if interruption_policy:
+            refuse(
+                "interruption_policy",
+                "interruption_policy applies to spot orders only.",
+                "spot_only",
+            )
+    else:
+        interruption_policy = interruption_policy or InterruptionPolicy.NOTIFY
+        if interruption_policy not in InterruptionPolicy.values:
+            refuse(
+                "interruption_policy",
+                "interruption_policy accepts notify, relaunch_spot or fallback_on_demand.",
+                "invalid_choice",
+            )
+        current = instance_type.spot_price_per_hour
+        if max_spot_price is not None:
+            if max_spot_price <= 0:
+                refuse("max_spot_price", "max_spot_price must be more than 0.", "min_value")
+            elif current is not None and max_spot_price < current:
+                refuse(
+                    "max_spot_price",
+                    f"max_spot_price ${max_spot_price}/h is below the current spot price "
+                    f"${current}/h, so the host would not launch; raise it or leave it empty.",
+                    "below_spot_price",
+                )
+    if errors:
+        raise ValidationError(errors)
+    return OrderRequest(
+        requester=requester,
+        project=project,
+        instance_type=instance_type,
+        image=image,
+        market=market,
+        count=count,
+        lease_hours=lease_hours,
+        ssh_public_key=key_line,
+        ssh_key_fingerprint=fingerprint,
+        max_spot_price=max_spot_price,
+        interruption_policy=interruption_policy if market == Market.SPOT else "",
+        region=region,
+        estimate=order_estimate(
+            instance_type=instance_type, market=market, count=count, lease_hours=lease_hours
+        ),
+    )
+
+
+def _replay(requester: User, key: str, fingerprint: str) -> Order | None:
+    order = Order.objects.filter(requester=requester, idempotency_key=key).first()
+    if order is None:
+        return None
+    if order.request_fingerprint != fingerprint:
+        raise Conflict(
+            "This Idempotency-Key was already used for a different order; send a new key for a "
+            "new order, or the same body to get the first order back.",
+            code="idempotency_key_reused",
+        )
+    return order
+
+
+def order_submit(*, idempotency_key: str | None = None, **fields) -> tuple[Order, bool]:
+    """Validate, admit and place an order (or queue it for approval); return (order, created).
+
+    Admission checks (ORDER_ADMISSION_CHECKS: quota, budget) run under a row lock on the project,
+    so concurrent orders of one project are admitted one at a time. Provisioning is enqueued
+    only after the transaction commits.
+    """
+    request = order_validate(**fields)
+    fingerprint = request.fingerprint()
+    if idempotency_key:
+        replayed = _replay(request.requester, idempotency_key, fingerprint)
+        if replayed is not None:
+            return replayed, False
+    try:
+        with transaction.atomic():
+            order_admit(request)
+            approval = approval_needed(request)
+            order = Order.objects.create(
+                requester=request.requester,
+                project=request.project,
+                instance_type=request.instance_type,
+                image=request.image,
+                market=request.market,
+                count=request.count,
+                lease_hours=request.lease_hours,
+                region=request.region,
+                ssh_public_key=request.ssh_public_key,
+                ssh_key_fingerprint=request.ssh_key_fingerprint,
+                max_spot_price=request.max_spot_price,
+                interruption_policy=request.interruption_policy,
+                quoted_price_per_hour=request.estimate.price_per_host_hour,
+                status=Order.Status.PENDING_APPROVAL if approval else Order.Status.PLACED,
+                approval_reason=approval or "",
+                idempotency_key=idempotency_key or "",
+                request_fingerprint=fingerprint,
+            )
+            OrderEvent.objects.create(
+                order=order,
+                new_status=order.status,
+                reason=approval or "no approval needed",
+                actor=actor_of(request.requester),
+            )
+            if approval:
+                approvers_ask(order)
+            else:
+                order_instances_create(order)
+    except IntegrityError:
+        # Two requests with one Idempotency-Key raced; the other placed the order.
+        replayed = (
+            _replay(request.requester, idempotency_key, fingerprint) if idempotency_key else None
+        )
+        if replayed is None:
+            raise
+        return replayed, False
+    return order, True
+
+
+def order_admit(request: OrderRequest) -> None:
+    """Run every admission check while holding the project's row lock (until commit)."""
+    Project.objects.select_for_update().get(pk=request.project.pk)
+    for path in settings.ORDER_ADMISSION_CHECKS:
+        import_string(path)(request)
+
+
+def approval_needed(request: OrderRequest) -> str | None:
+    """Why the project's approval policy wants a human to approve this order, or None."""
+    policy = ApprovalPolicy.objects.filter(project=request.project).first()
+    if policy is None:
+        return None
+    gpus = request.count * request.instance_type.gpu_count
+    if policy.gpus_above is not None and gpus > policy.gpus_above:
+        return (
+            f"{gpus} GPUs is more than the {policy.gpus_above} "
+            f"{request.project.slug} allows without approval"
+        )
+    if request.instance_type.name in policy.instance_types:
+        return f"{request.instance_type.name} needs approval in {request.project.slug}"
+    per_hour = request.estimate.per_hour
+    if (
+        request.market == Market.ON_DEMAND
+        and policy.on_demand_price_above is not None
+        and per_hour > policy.on_demand_price_above
+    ):
+        return (
+            f"${per_hour:.2f}/h on-demand is above the ${policy.on_demand_price_above:.2f}/h "
+            f"{request.project.slug} allows without approval"
+        )
+    return None
+
+
+def order_request_of(order: Order) -> OrderRequest:
+    """The admission view of a placed order (approval re-runs the checks on it)."""
+    return OrderRequest(
+        requester=order.requester,
+        project=order.project,
+        instance_type=order.instance_type,
+        image=order.image,
+        market=order.market,
+        count=order.count,
+        lease_hours=order.lease_hours,
+        ssh_public_key=order.ssh_public_key,
+        ssh_key_fingerprint=order.ssh_key_fingerprint,
+        max_spot_price=order.max_spot_price,
+        interruption_policy=order.interruption_policy,
+        region=order.region,
+        estimate=order_estimate(
+            instance_type=order.instance_type,
+            market=order.market,
+            count=order.count,
+            lease_hours=order.lease_hours,
+        ),
+    )
+
+
+def approvers_ask(order: Order) -> None:
+    for approver in permissions.approvers_of(order.project):
+        if approver.pk != order.requester_id:
+            notice_send(
+                user=approver,
+                subject=f"Approval needed: {order.requester.username} ordered "
+                f"{order.count}× {order.instance_type.name} for {order.project.slug}",
+                body=f"{order.approval_reason}. Estimated ${order.price_per_hour:.2f}/h.",
+                link="/approvals/",
+            )
+
+
+def order_instances_create(order: Order) -> list[Instance]:
+    now = timezone.now()
+    actor = actor_of(order.requester)
+    created = []
+    for _ in range(order.count):
+        instance_id = uuid.uuid4()
+        instance = Instance.objects.create(
+            id=instance_id,
+            order=order,
+            project=order.project,
+            owner=order.requester,
+            instance_type=order.instance_type,
+            image=order.image,
+            market=order.market,
+            region=order.region,
+            # EC2 tokens are at most 64 ASCII characters; this one is fixed before any call.
+            client_token=f"portal-{instance_id.hex}",
+            status_changed_at=now,
+        )
+        InstanceEvent.objects.create(
+            instance=instance,
+            old_status="",
+            new_status=Instance.Status.REQUESTED,
+            reason=f"ordered by {order.requester.username}",
+            at=now,
+            actor=actor,
+        )
+        created.append(instance)
+        enqueue(TASK_OF_STATUS[Instance.Status.REQUESTED], str(instance_id))
+    return created

@@ -1,0 +1,136 @@
+"""The state machines: the only writers of Order.status and Instance.status (DESIGN rule 3)."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from audit.services import audit_record_system
+from instances.models import (
+    Instance,
+    InstanceEvent,
+    Order,
+    OrderEvent,
+)
+from instances.selectors import instance_load
+from portal.errors import Conflict
+from portal.models import User
+
+log = logging.getLogger(__name__)
+
+
+def order_transition(*, order: Order, to: str, reason: str, actor: str) -> tuple[Order, bool]:
+    """The only writer of Order.status after creation: locks, treats a repeat as a no-op,
+    refuses illegal moves, records. Returns (order, changed)."""
+    with transaction.atomic():
+        row = Order.objects.select_for_update().get(pk=order.pk)
+        if row.status == to:
+            return row, False
+        if to not in Order.ALLOWED[row.status]:
+            raise IllegalTransition(
+                f"This order is {row.get_status_display().lower()}; it cannot become "
+                f"{Order.Status(to).label.lower()}."
+            )
+        old, row.status = row.status, to
+        row.save(update_fields=["status"])
+        OrderEvent.objects.create(
+            order=row, old_status=old, new_status=to, reason=reason[:500], actor=actor
+        )
+        audit_change(actor, action=f"{old}->{to}", object_ref=f"order:{row.pk}", reason=reason)
+    return row, True
+
+
+# --- the instance state machine --------------------------------------------------------------
+
+
+class IllegalTransition(Conflict):
+    code = "invalid_state"
+
+
+def actor_of(user: User | None, task: str = "") -> str:
+    return f"user:{user.username}" if user is not None else f"system:{task or 'portal'}"
+
+
+def instance_transition(
+    *,
+    instance: Instance | uuid.UUID | str,
+    to: str,
+    reason: str,
+    actor: str,
+    at: datetime | None = None,
+) -> tuple[Instance, bool]:
+    """The only writer of Instance.status (DESIGN rule 3). Locks the row, treats a repeat as a
+    no-op, refuses illegal moves, and records the move with the cloud's time when given."""
+    pk = instance.pk if isinstance(instance, Instance) else instance
+    with transaction.atomic():
+        row = Instance.objects.select_for_update().select_related("order").get(pk=pk)
+        if row.status == to:
+            return row, False
+        if to not in Instance.ALLOWED[row.status]:
+            raise IllegalTransition(
+                f"A host that is {row.get_status_display().lower()} cannot become "
+                f"{Instance.Status(to).label.lower()}.",
+            )
+        at = at or timezone.now()
+        # Never record a move earlier than the one before it: clocks of clouds and workers differ.
+        at = max(at, row.status_changed_at)
+        old = row.status
+        row.status = to
+        row.status_reason = reason[:500]
+        row.status_changed_at = at
+        fields = ["status", "status_reason", "status_changed_at"]
+        if to == Instance.Status.RUNNING and row.lease_expires_at is None:
+            row.lease_expires_at = at + timedelta(hours=row.order.lease_hours)
+            fields.append("lease_expires_at")
+        row.save(update_fields=fields)
+        InstanceEvent.objects.create(
+            instance=row, old_status=old, new_status=to, reason=reason[:500], at=at, actor=actor
+        )
+        audit_change(actor, action=f"{old}->{to}", object_ref=f"instance:{row.pk}", reason=reason)
+    return row, True
+
+
+def audit_change(actor: str, *, action: str, object_ref: str, reason: str) -> None:
+    """Changes made by tasks leave an audit row too (a user's are covered by their request's)."""
+    if actor.startswith("system:"):
+        audit_record_system(
+            name=actor.removeprefix("system:"),
+            action=action,
+            object_ref=object_ref,
+            summary={"reason": reason[:300]},
+        )
+
+
+def instance_walk(instance: Instance, path: list[str], *, reason: str, actor: str, at: datetime):
+    """Apply several moves at the cloud's time (e.g. running → stopping → stopped when a host was
+    stopped behind the portal's back), skipping the ones already made. If another process moved
+    the row meanwhile, stop where it is: the next look at the cloud continues from there."""
+    for status in path:
+        if instance.status == status:
+            continue
+        if status not in Instance.ALLOWED[instance.status]:
+            continue
+        try:
+            instance, _ = instance_transition(
+                instance=instance, to=status, reason=reason, actor=actor, at=at
+            )
+        except IllegalTransition:
+            return instance_load(instance.pk)
+    return instance
+
+
+def instance_note(*, instance: Instance, note: str, actor: str) -> None:
+    """Record an action that changed no status (an adoption, a re-enqueue) on the timeline."""
+    InstanceEvent.objects.create(
+        instance=instance,
+        old_status=instance.status,
+        new_status=instance.status,
+        reason=note[:500],
+        at=timezone.now(),
+        actor=actor,
+    )
+    audit_change(actor, action="note", object_ref=f"instance:{instance.pk}", reason=note)

@@ -1,0 +1,235 @@
+"""Every "may this user ..." question the portal asks, answered in one place.
+
+Views, API permissions, templates, the navigation and services call these; none of them
+decides on its own. Each question has a yes/no form for one object and, where a list is shown,
+a queryset form (a ``Q`` or a queryset) that gives the same answer for many rows in one query.
+
+The rules, in words:
+
+- An inactive account may do nothing, whatever its role.
+- Admins (role admin, or a Django superuser) may do everything but decide their own orders.
+- Finance reads every project, its hosts and its costs, sets budgets and reconciles the bill;
+  it orders nothing, acts on no host and decides no order.
+- A researcher sees the projects they belong to; orders in them; acts on their own hosts, and
+  on every host of a project they manage; a manager also decides the project's held orders
+  (never their own) and sets its approval policy.
+
+``portal`` sits below ``instances`` and ``billing``: the functions that take a host or an order
+read only plain attributes of it (``owner_id``, ``project_id``, ``requester_id``).
+"""
+
+from __future__ import annotations
+
+from django.db.models import Q, QuerySet
+
+from portal.models import Membership, Project, User
+
+
+def _signed_in(user) -> bool:
+    return bool(user is not None and user.is_authenticated and user.is_active)
+
+
+# --- who someone is -------------------------------------------------------------------------
+
+
+def is_admin(user) -> bool:
+    """Runs the portal: role admin, or a Django superuser (the role itself is on User)."""
+    return _signed_in(user) and user.is_portal_admin
+
+
+def is_finance(user) -> bool:
+    return _signed_in(user) and user.is_finance
+
+
+def sees_everything(user) -> bool:
+    """Admins and finance read every project; researchers read their own."""
+    return _signed_in(user) and user.sees_everything
+
+
+def managed_project_ids(user) -> set[int]:
+    """The projects this person manages (empty for finance and inactive accounts)."""
+    if not _signed_in(user) or is_finance(user):
+        return set()
+    return set(
+        Membership.objects.filter(user=user, role=Membership.Role.MANAGER).values_list(
+            "project_id", flat=True
+        )
+    )
+
+
+# --- seeing ---------------------------------------------------------------------------------
+
+
+def project_rows_q(user, field: str = "project") -> Q | None:
+    """A filter for rows that belong to a project (``field`` names the foreign key): None means
+    every row, ``Q(pk__in=[])`` none."""
+    if not _signed_in(user):
+        return Q(pk__in=[])
+    if sees_everything(user):
+        return None
+    return Q(**{f"{field}__in": Membership.objects.filter(user=user).values("project_id")})
+
+
+def visible(rows: QuerySet, user, field: str = "project") -> QuerySet:
+    """The rows of ``rows`` this person may read, by their project."""
+    where = project_rows_q(user, field)
+    return rows if where is None else rows.filter(where)
+
+
+def visible_projects(user) -> QuerySet:
+    return Project.objects.for_user(user)
+
+
+def can_see_project(user, project) -> bool:
+    if sees_everything(user):
+        return True
+    return _signed_in(user) and project.memberships.filter(user=user).exists()
+
+
+def cost_rows_q(user) -> Q | None:
+    """Usage and rollup rows (they carry a project and a user) this person may read: everything
+    for admins and finance; for a researcher their projects' rows and their own."""
+    if not _signed_in(user):
+        return Q(pk__in=[])
+    if sees_everything(user):
+        return None
+    mine = Membership.objects.filter(user=user).values("project_id")
+    return Q(project_id__in=mine) | Q(user=user)
+
+
+def visible_users(user) -> QuerySet:
+    """People whose costs this person may filter by: everyone for admins and finance; for a
+    researcher themselves and the members of their projects."""
+    if not _signed_in(user):
+        return User.objects.none()
+    if sees_everything(user):
+        return User.objects.all()
+    projects = Membership.objects.filter(user=user).values("project_id")
+    return User.objects.filter(Q(pk=user.pk) | Q(memberships__project__in=projects)).distinct()
+
+
+def can_read_audit_log(user) -> bool:
+    """The whole API call log; everyone reads their own activity."""
+    return is_admin(user)
+
+
+# --- ordering and managing ------------------------------------------------------------------
+
+
+def can_order(user) -> bool:
+    """Anyone active but finance may order (in a project they may order in)."""
+    return _signed_in(user) and not is_finance(user)
+
+
+def can_order_in(user, project) -> bool:
+    """Members order in their projects; admins in any."""
+    if not can_order(user):
+        return False
+    return is_admin(user) or project.memberships.filter(user=user).exists()
+
+
+def orderable_projects(user) -> QuerySet:
+    if not can_order(user):
+        return Project.objects.none()
+    if is_admin(user):
+        return Project.objects.all()
+    return Project.objects.filter(memberships__user=user).distinct()
+
+
+def can_manage(user, project) -> bool:
+    """Admins and the project's managers run a project."""
+    if is_admin(user):
+        return True
+    return project.pk in managed_project_ids(user)
+
+
+def can_set_approval_policy(user, project) -> bool:
+    return can_manage(user, project)
+
+
+def can_set_quotas(user) -> bool:
+    return is_admin(user)
+
+
+def can_act_on_host(user, host, managed: set[int] | None = None) -> bool:
+    """Owners act on their hosts, project managers on their project's, admins on all; finance
+    reads only. Pass ``managed`` (managed_project_ids) when checking many hosts."""
+    if not can_order(user):
+        return False
+    if is_admin(user) or host.owner_id == user.pk:
+        return True
+    managed = managed_project_ids(user) if managed is None else managed
+    return host.project_id in managed
+
+
+def can_revoke_token(user, token) -> bool:
+    return _signed_in(user) and (token.user_id == user.pk or is_admin(user))
+
+
+# --- deciding held orders -------------------------------------------------------------------
+
+
+def deciders_q() -> Q:
+    """Who may decide orders at all: active people who are not finance."""
+    return Q(is_active=True) & ~Q(role=User.Role.FINANCE, is_superuser=False)
+
+
+def approvers_of(project) -> QuerySet:
+    """Admins and the project's managers: the people asked to decide its held orders."""
+    return User.objects.filter(
+        deciders_q(),
+        Q(role=User.Role.ADMIN)
+        | Q(is_superuser=True)
+        | Q(memberships__project=project, memberships__role=Membership.Role.MANAGER),
+    ).distinct()
+
+
+def is_approver(user) -> bool:
+    """Has an approval inbox: admins and anyone who manages a project."""
+    return is_admin(user) or bool(managed_project_ids(user))
+
+
+def decidable_projects_q(user, field: str = "project") -> Q:
+    """Rows (orders) whose project this person may decide for; never their own orders is the
+    caller's filter on the requester."""
+    if is_admin(user):
+        return Q()
+    return Q(**{f"{field}__in": list(managed_project_ids(user))})
+
+
+def can_decide(user, order) -> bool:
+    """Admins and the project's managers decide; nobody decides their own order."""
+    if not can_order(user) or order.requester_id == user.pk:
+        return False
+    return is_admin(user) or order.project_id in managed_project_ids(user)
+
+
+# --- money ----------------------------------------------------------------------------------
+
+
+def can_see_costs_of(user, project) -> bool:
+    return can_see_project(user, project)
+
+
+def can_set_budgets(user) -> bool:
+    """Finance and admins set budget amounts and thresholds."""
+    return sees_everything(user)
+
+
+def can_choose_budget_policy(user) -> bool:
+    """What happens at 100 % of a budget is the admins' call."""
+    return is_admin(user)
+
+
+def can_reconcile(user) -> bool:
+    """Import the cloud bill and compare it with metered usage."""
+    return sees_everything(user)
+
+
+def budget_recipients(project) -> QuerySet:
+    """Who hears about a project's budget: its managers and finance, active only."""
+    return User.objects.filter(
+        Q(memberships__project=project, memberships__role=Membership.Role.MANAGER)
+        | Q(role=User.Role.FINANCE),
+        is_active=True,
+    ).distinct()

@@ -212,7 +212,7 @@ def test_a_list_price_change_in_the_catalog_enters_the_history(clock, catalog):
     assert ListPrice.objects.filter(instance_type=kind).count() == 2
 
 
-def test_a_price_changed_behind_the_signal_is_caught_by_the_next_pass(catalog, at):
+def test_a_price_changed_behind_the_hooks_is_caught_by_the_next_pass(catalog, at):
     InstanceType.objects.filter(name="g5.xlarge").update(on_demand_price_per_hour="1.25")
     usage_meter(now=at())
     newest = ListPrice.objects.filter(instance_type__name="g5.xlarge").latest("at")

@@ -25,8 +25,9 @@ from billing.models import Budget, BudgetAlert, DailyRollup
 from billing.money import SECONDS_PER_HOUR, dollars, micros
 from instances.models import Instance, Market
 from instances.services import instance_system_stop
+from portal import permissions
 from portal.errors import Conflict, Forbidden
-from portal.models import Membership, Project, User
+from portal.models import Project, User
 from portal.services import notice_send
 from portal.templatetags.portal_tags import usd as usd_filter
 
@@ -270,13 +271,14 @@ def budget_set(
     Takes the project's row lock, so a budget change and an order's budget check never
     interleave.
     """
-    if not actor.sees_everything:
+    if not permissions.can_set_budgets(actor):
         raise Forbidden("Only finance and admins set budgets.")
     with transaction.atomic():
         Project.objects.select_for_update().get(pk=project.pk)
         budget = Budget.objects.filter(project=project).first()
         current_policy = budget.policy if budget else DEFAULT_POLICY
-        if policy is not None and policy != current_policy and not actor.is_portal_admin:
+        chooses = permissions.can_choose_budget_policy(actor)
+        if policy is not None and policy != current_policy and not chooses:
             raise Forbidden("Only admins choose what happens when a project's budget is spent.")
         if monthly_amount is None or monthly_amount == "":
             if budget is not None:
@@ -360,11 +362,7 @@ def _notify_crossing(status: BudgetStatus, basis: str, threshold: int) -> None:
         f"{usd(status.forecast_rs)} with the hosts running now kept to the end of their lease or "
         f"the month. At 100 % of the budget {POLICY_AT_100[budget.policy]}."
     )
-    managers = User.objects.filter(
-        memberships__project=project, memberships__role=Membership.Role.MANAGER, is_active=True
-    )
-    finance = User.objects.filter(role=User.Role.FINANCE, is_active=True)
-    for user in {u.pk: u for u in [*managers, *finance]}.values():
+    for user in permissions.budget_recipients(project):
         notice_send(user=user, subject=subject, body=body, link=f"/budgets/#{project.slug}")
 
 

@@ -38,6 +38,7 @@ from billing.money import RS_PER_DOLLAR
 from billing.reports import FIRST_DAY, LAST_DAY
 from instances.models import Instance
 from instances.providers.base import TAG_INSTANCE
+from portal import permissions
 from portal.errors import Forbidden
 from portal.models import User
 
@@ -354,7 +355,7 @@ def fetch_s3(*, bucket: str, key: str) -> bytes:
 def cur_import(*, data: bytes, source: str, actor: User | None) -> CurImport:
     """Compare a Cost and Usage Report (CSV, optionally gzipped) with metered usage, host by
     host, and keep the result. Changes nothing the portal bills or runs."""
-    if actor is not None and not actor.sees_everything:
+    if actor is not None and not permissions.can_reconcile(actor):
         raise Forbidden("Only finance and admins reconcile the cloud bill.")
     report = parse(data)
     comparison = compare(report)
@@ -396,7 +397,7 @@ def cur_import(*, data: bytes, source: str, actor: User | None) -> CurImport:
 
 def cur_import_s3(*, bucket: str, key: str, actor: User | None) -> CurImport:
     """Fetch a Cost and Usage Report from S3, then import it as cur_import does."""
-    if actor is not None and not actor.sees_everything:
+    if actor is not None and not permissions.can_reconcile(actor):
         raise Forbidden("Only finance and admins reconcile the cloud bill.")
     return cur_import(
         data=fetch_s3(bucket=bucket, key=key), source=f"s3://{bucket}/{key}", actor=actor

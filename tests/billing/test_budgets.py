@@ -301,6 +301,20 @@ def test_researchers_set_no_budgets(vision, alice):
         budget_set(project=vision, actor=alice, monthly_amount="1")
 
 
+def test_an_inactive_finance_account_sets_no_budget_and_reconciles_nothing(vision, fin, ada):
+    """Billing asks portal.permissions, where an inactive account holds no role."""
+    from billing.cur import cur_import
+
+    for person in (fin, ada):
+        person.is_active = False
+        person.save(update_fields=["is_active"])
+        with pytest.raises(Forbidden):
+            budget_set(project=vision, actor=person, monthly_amount="1")
+        with pytest.raises(Forbidden):
+            cur_import(data=b"", source="test", actor=person)
+    assert not Budget.objects.exists()
+
+
 @pytest.mark.parametrize(
     ("thresholds", "ok"),
     [

@@ -84,16 +84,9 @@ def test_every_row_of_the_rules_table_shows_what_it_bills(
     ("story", "market", "runs", "now", "seconds"), SCRIPTS, ids=[s[0] for s in SCRIPTS]
 )
 def test_every_metering_script_shows_what_it_bills(
-    story, market, runs, now, seconds, host, run, at, same
+    story, market, runs, now, seconds, play, at, same
 ):
-    instance = host(market=market)
-    for start, end, ended in runs:
-        instance = run(
-            instance,
-            at(seconds=start),
-            at(seconds=end) if end is not None else None,
-            ended=ended or "stopped",
-        )
+    instance = play(market, runs)
     assert same(instance, at(seconds=now)) == dollars(seconds * 1_006_000, places=6)
 
 

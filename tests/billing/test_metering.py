@@ -95,16 +95,9 @@ SCRIPTS = [
     ("story", "market", "runs", "now", "seconds"), SCRIPTS, ids=[s[0] for s in SCRIPTS]
 )
 def test_hosts_are_billed_as_the_rules_table_says(
-    story, market, runs, now, seconds, host, run, at, meter
+    story, market, runs, now, seconds, play, at, meter
 ):
-    instance = host(market=market)
-    for start, end, ended in runs:
-        instance = run(
-            instance,
-            at(seconds=start),
-            at(seconds=end) if end is not None else None,
-            ended=ended or "stopped",
-        )
+    instance = play(market, runs)
     meter(now=at(seconds=now))
     # No spot price was ever seen: spot is billed at the price quoted at order time (the list).
     assert billed(instance) == (seconds, seconds * G5)

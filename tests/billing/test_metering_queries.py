@@ -6,6 +6,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from billing.metering import usage_meter
+from billing.models import Usage
 
 
 def _pass_queries(units: int, *, host, run, at, spot_price, list_price) -> tuple[int, int]:
@@ -32,6 +33,10 @@ def _pass_queries(units: int, *, host, run, at, spot_price, list_price) -> tuple
             run(instance, at(minutes=10), at(hours=3, minutes=30))  # stops it
         with CaptureQueriesContext(connection) as second:
             usage_meter(now=at(hours=4))
+        # The passes did the work: rows for every host, its runs cut at every price change
+        # (each copy's prices split every copy's runs: the rows grow faster than the hosts).
+        assert Usage.objects.values("instance").distinct().count() == 4 * units
+        assert Usage.objects.count() > 8 * units
         transaction.set_rollback(True)
     return len(first), len(second)
 

@@ -91,6 +91,25 @@ def run():
 
 
 @pytest.fixture
+def play(host, run, at):
+    """A new host of ``market`` through ``runs``: (start s, end s or None, how it ended), in
+    seconds from the timeline's start, as the scripts of the billing tests give them."""
+
+    def go(market: str, runs) -> Instance:
+        instance = host(market=market)
+        for start, end, ended in runs:
+            instance = run(
+                instance,
+                at(seconds=start),
+                at(seconds=end) if end is not None else None,
+                ended=ended or "stopped",
+            )
+        return instance
+
+    return go
+
+
+@pytest.fixture
 def meter():
     """One metering pass at ``now`` and the rollups it changed."""
 

@@ -3,6 +3,7 @@ in their own transaction; nothing listens for saves behind their back."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from decimal import Decimal
 
 import pytest
@@ -57,30 +58,22 @@ def test_a_type_created_in_the_admin_runs_the_hooks(catalog, heard):
 
 def test_a_sync_runs_the_hooks_for_new_types_and_new_prices_only(catalog, heard):
     from instances.catalog import ListPrice
-    from instances.providers.base import InstanceTypeSpec
+    from instances.providers import get_provider
 
     kind = catalog["g5.xlarge"]
-    spec = InstanceTypeSpec(
-        name="g5.xlarge",
-        gpu_model=kind.gpu_model,
-        gpu_count=kind.gpu_count,
-        gpu_memory_gib=kind.gpu_memory_gib,
-        vcpus=kind.vcpus,
-        memory_gib=kind.memory_gib,
-        local_nvme_gb=kind.local_nvme_gb,
-        network_gbps=kind.network_gbps,
-        network_burst=kind.network_burst,
-        efa=kind.efa,
-        regions=tuple(kind.regions),
-        spot=kind.spot_offered,
-    )
-    same = ListPrice(on_demand=kind.on_demand_price_per_hour, source="x", as_of=kind.price_as_of)
-    instance_type_sync(
-        provider=kind.provider, specs=[spec], prices={"g5.xlarge": same}, deactivate_missing=False
-    )
+    specs = [spec for spec in get_provider().instance_types() if spec.name == "g5.xlarge"]
+
+    def sync(price: str) -> None:
+        listed = ListPrice(Decimal(price), source="x", as_of=kind.price_as_of)
+        prices = {spec.name: listed for spec in specs}
+        instance_type_sync(
+            provider=kind.provider, specs=specs, prices=prices, deactivate_missing=False
+        )
+
+    sync("1.006")
     assert heard == []  # only the price source changed
-    dearer = ListPrice(on_demand=Decimal("1.2"), source="x", as_of=kind.price_as_of)
-    instance_type_sync(
-        provider=kind.provider, specs=[spec], prices={"g5.xlarge": dearer}, deactivate_missing=False
-    )
+    sync("1.2")
     assert heard == [("g5.xlarge", Decimal("1.2"))]
+    specs.append(replace(specs[0], name="g5.new"))
+    sync("1.2")  # the new type's price is set; g5.xlarge's is unchanged
+    assert heard == [("g5.xlarge", Decimal("1.2")), ("g5.new", Decimal("1.2"))]

@@ -550,4 +550,10 @@ CELERY_BEAT_SCHEDULE.update(
         },
     }
 )
+# Run by the catalog's writers (sync, the admin) after a type's list price is set, with the type:
+# billing keeps the price history. callable(*, instance_type).
+INSTANCE_PRICE_HOOKS: list[str] = ["billing.prices.list_price_record"]
+# What a host has cost so far (host pages, the instances API): billing's metering, so that the
+# live figure is the bill. callable(instances, *, now) -> {instance pk: Decimal dollars}.
+PORTAL_INSTANCE_COST = "billing.metering.costs_so_far"
 # --- end of billing settings -----------------------------------------------------------------

@@ -374,7 +374,7 @@ def _goal(met: bool) -> str:
 def _run(report) -> None:
     from django.db import connection, transaction
 
-    from billing.services import rollups_rebuild
+    from billing.rollups import rollups_rebuild
 
     load = os.getloadavg()[0]
     fin, projects, users = _people()
@@ -556,7 +556,7 @@ def _refresh_vs_rebuild(report, rebuild: float) -> None:
     from django.db import connection
 
     from billing.models import RollupDelta
-    from billing.services import rollups_refresh
+    from billing.rollups import rollups_refresh
 
     def new_hour(hour: int) -> float:
         """Write hour ``hour`` of the day after the data as metering would: its usage rows and

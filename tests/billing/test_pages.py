@@ -8,8 +8,8 @@ from decimal import Decimal
 import pytest
 from bs4 import BeautifulSoup
 
+from billing.budgets import budget_set
 from billing.models import Budget
-from billing.services import budget_set
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from django.utils import timezone
 from billing.models import Budget, DailyRollup
 from billing.reports import FIRST_DAY, GRANULARITIES, GROUPS, LAST_DAY, ReportQuery
 from instances.models import InstanceType, Market
+from portal import permissions
 from portal.models import Membership, Project, User
 
 # A day-by-day report longer than this is unreadable; week or month covers longer ranges.
@@ -148,7 +149,7 @@ def visible_users(viewer):
     """Users whose costs the viewer may filter by: everyone for finance and admins; for a
     researcher themselves, the members of their projects and whoever ran hosts in them."""
     users = User.objects.all()
-    if viewer.sees_everything:
+    if permissions.sees_everything(viewer):
         return users
     projects = Membership.objects.filter(user=viewer).values("project_id")
     return users.filter(

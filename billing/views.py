@@ -21,6 +21,7 @@ from billing.money import dollars
 from billing.reports import GRANULARITIES, GROUPS, cost_report, last_metered_at
 from billing.rules import rates_in_words, rules_in_words
 from instances.models import InstanceType, Market
+from portal import permissions
 from portal.models import Membership, Project
 from portal.pages import forbidden, form_errors, service_errors
 
@@ -48,7 +49,7 @@ def costs(request: HttpRequest) -> HttpResponse:
         "instance_types": InstanceType.objects.order_by("name").values_list("name", flat=True),
         "gpu_models": sorted(set(InstanceType.objects.values_list("gpu_model", flat=True))),
         "markets": Market.choices,
-        "can_reconcile": user.sees_everything,
+        "can_reconcile": permissions.can_reconcile(user),
         "range_start": form.data.get("start", ""),
         "range_end": form.data.get("end", ""),
         "user_filter": form.data.get("user", ""),
@@ -62,8 +63,8 @@ def costs(request: HttpRequest) -> HttpResponse:
         [query.project]
         if query.project is not None
         else []
-        if user.sees_everything
-        else list(Project.objects.filter(memberships__user=user, is_active=True))
+        if permissions.sees_everything(user)
+        else list(permissions.visible_projects(user).filter(is_active=True))
     )
     chart = {
         "labels": [p.isoformat() for p, _ in report.periods],
@@ -168,7 +169,7 @@ def _budget_totals(cards: list[dict]) -> dict:
 def budgets(request: HttpRequest) -> HttpResponse:
     """A bar per project (spent, forecast, budget); finance and admins set them here."""
     user = request.user
-    can_edit = user.sees_everything
+    can_edit = permissions.can_set_budgets(user)
     status = 200
     forms = {}
     if request.method == "POST":
@@ -187,7 +188,9 @@ def budgets(request: HttpRequest) -> HttpResponse:
                     actor=user,
                     monthly_amount=data["monthly_amount"],
                     thresholds=data["thresholds"],
-                    policy=(data["policy"] or None) if user.is_portal_admin else None,
+                    policy=(data["policy"] or None)
+                    if permissions.can_choose_budget_policy(user)
+                    else None,
                 )
                 if data["monthly_amount"] is None:
                     messages.success(request, f"{project.slug} has no budget now.")
@@ -204,7 +207,7 @@ def budgets(request: HttpRequest) -> HttpResponse:
         "cards": cards,
         "totals": _budget_totals(cards),
         "can_edit": can_edit,
-        "can_choose_policy": user.is_portal_admin,
+        "can_choose_policy": permissions.can_choose_budget_policy(user),
         "policies": Budget.Policy.choices,
         "month": cards[0]["status"].month if cards else timezone.now().date().replace(day=1),
         "default_thresholds": settings.PORTAL_BUDGET_THRESHOLDS,
@@ -216,7 +219,7 @@ def budgets(request: HttpRequest) -> HttpResponse:
 
 
 def _may_reconcile(request: HttpRequest) -> bool:
-    return request.user.sees_everything
+    return permissions.can_reconcile(request.user)
 
 
 def _selected_import(request: HttpRequest) -> CurImport | None:

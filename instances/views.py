@@ -30,7 +30,7 @@ from instances.models import (
     Order,
 )
 from instances.selectors import held_orders, orders_to_decide
-from instances.usage import cost_so_far, running_seconds
+from instances.usage import costs_so_far, running_seconds
 from portal import permissions
 from portal.models import Project
 from portal.pages import forbidden, form_errors, service_errors
@@ -237,13 +237,15 @@ def _host_rows(request: HttpRequest) -> dict:
     now = timezone.now()
     hosts = []
     managed = permissions.managed_project_ids(request.user)
-    for instance in _hosts_queryset(request)[:200]:
+    rows = list(_hosts_queryset(request)[:200])
+    costs = costs_so_far(rows, now=now)  # the whole page at once, as metering bills it
+    for instance in rows:
         events = list(instance.events.all())
         hosts.append(
             {
                 "i": instance,
                 "running_seconds": running_seconds(events, now),
-                "cost": cost_so_far(instance, events, now),
+                "cost": costs[instance.pk],
                 "ssh": instance.ssh_command,
                 "can_act": permissions.can_act_on_host(request.user, instance, managed),
             }
@@ -289,7 +291,7 @@ def _host_context(request: HttpRequest, instance: Instance) -> dict:
         "i": instance,
         "events": list(reversed(events)),
         "running_seconds": running_seconds(events, now),
-        "cost": cost_so_far(instance, events, now),
+        "cost": costs_so_far([instance], now=now)[instance.pk],
         "ssh": instance.ssh_command,
         "can_act": permissions.can_act_on_host(request.user, instance),
         "moving": instance.status in Instance.MOVING or instance.status == "requested",

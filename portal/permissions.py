@@ -98,17 +98,6 @@ def cost_rows_q(user) -> Q | None:
     return Q(project_id__in=mine) | Q(user=user)
 
 
-def visible_users(user) -> QuerySet:
-    """People whose costs this person may filter by: everyone for admins and finance; for a
-    researcher themselves and the members of their projects."""
-    if not _signed_in(user):
-        return User.objects.none()
-    if sees_everything(user):
-        return User.objects.all()
-    projects = Membership.objects.filter(user=user).values("project_id")
-    return User.objects.filter(Q(pk=user.pk) | Q(memberships__project__in=projects)).distinct()
-
-
 def can_read_audit_log(user) -> bool:
     """The whole API call log; everyone reads their own activity."""
     return is_admin(user)

@@ -21,7 +21,7 @@ from instances.models import (
     Order,
 )
 from instances.sshkeys import validate_public_key
-from instances.usage import cost_so_far, running_seconds
+from instances.usage import costs_so_far, running_seconds
 from portal.models import Project
 from portal.rest import LookupField, StrictSerializer
 
@@ -221,7 +221,14 @@ class InstanceSerializer(serializers.ModelSerializer):
 
     @extend_schema(responses=serializers.DecimalField(**MONEY))
     def get_cost_so_far(self, obj: Instance) -> str:
-        cost = cost_so_far(obj, list(obj.events.all()), self.context.get("now") or timezone.now())
+        # A page of hosts is costed at once (a fixed number of queries, as metering bills).
+        costs = self.context.get("costs_so_far", {})
+        if obj.pk not in costs:
+            batch = getattr(self.parent, "instance", None) if self.parent is not None else None
+            hosts = list(batch) if isinstance(batch, list) and obj in batch else [obj]
+            costs = costs_so_far(hosts, now=self.context.get("now") or timezone.now())
+            self.context["costs_so_far"] = costs
+        cost = costs[obj.pk]
         return f"{cost:.6f}"
 
 

@@ -11,7 +11,7 @@ from instances import views as instance_views
 from instances import views_governance as governance
 from instances.api import ImageViewSet, InstanceTypeViewSet, InstanceViewSet, OrderViewSet
 from instances.api_quotas import QuotaViewSet
-from portal import views
+from portal import metrics_http, views
 from portal.api import ProjectViewSet, TokenViewSet
 
 
@@ -45,6 +45,7 @@ urlpatterns = [
     path("login/", views.LoginView.as_view(), name="login"),
     path("logout/", views.LogoutView.as_view(), name="logout"),
     path("health/", views.health, name="health"),
+    path("metrics", metrics_http.metrics, name="metrics"),
     path("dashboard/", governance.dashboard, name="dashboard"),
     path("approvals/", governance.approvals, name="approvals"),
     path(

@@ -18,7 +18,7 @@ COPY --from=assets /build/node_modules ./node_modules
 RUN DJANGO_DEBUG=0 DJANGO_SECRET_KEY=collectstatic-only \
     PORTAL_AUDIT_SIGNING_KEY=collectstatic-only-never-signs-anything \
     python manage.py collectstatic --noinput \
-    && useradd --create-home portal && mkdir -p var && chown -R portal var
+    && useradd --create-home portal && mkdir -p var/metrics && chown -R portal var
 USER portal
 EXPOSE 8000
 CMD ["gunicorn", "portal.wsgi:application", "--config", "gunicorn.conf.py", "--bind", "0.0.0.0:8000"]

@@ -18,3 +18,11 @@ limit_request_fields = 100
 # Twice the portal's PORTAL_MAX_HEADER_LENGTH (8,192), so that a header just over the portal's
 # limit reaches the portal and is refused with an audit row.
 limit_request_field_size = 16384
+
+
+def child_exit(server, worker):
+    """A gunicorn worker died: prometheus-client's multiprocess mode drops its live gauges
+    (its counters stay in the shared folder and keep counting towards the totals)."""
+    from portal.metrics import mark_process_dead
+
+    mark_process_dead(worker.pid)

@@ -7,12 +7,14 @@ RUN npm ci --no-audit --no-fund
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PORTAL_VAR_DIR=/app/var
 WORKDIR /app
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md requirements.lock ./
+# The locked versions first (a layer that changes only with the lock), then the portal itself.
+RUN pip install --no-cache-dir -r requirements.lock
 COPY portal ./portal
 COPY instances ./instances
 COPY billing ./billing
 COPY audit ./audit
-RUN pip install --no-cache-dir .
+RUN pip install --no-cache-dir --no-deps .
 COPY . .
 COPY --from=assets /build/node_modules ./node_modules
 RUN DJANGO_DEBUG=0 DJANGO_SECRET_KEY=collectstatic-only \

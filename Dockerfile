@@ -14,6 +14,7 @@ COPY portal ./portal
 COPY instances ./instances
 COPY billing ./billing
 COPY audit ./audit
+COPY demo ./demo
 RUN pip install --no-cache-dir --no-deps .
 COPY . .
 COPY --from=assets /build/node_modules ./node_modules

@@ -15,9 +15,6 @@ How a row is written decides what it proves, so the transaction handling is deli
 * Safe requests (GET, HEAD, OPTIONS) are not wrapped; the row is inserted after the response
   in autocommit. Either way audit costs one INSERT per request. (Inside the outer transaction
   a service's ``atomic`` becomes SAVEPOINT ... RELEASE instead of BEGIN ... COMMIT.)
-
-``FaultInjectionMiddleware`` sits last: with ``PORTAL_FAULT_INJECTION`` on (tests only) an
-``X-Portal-Fault`` header makes the request fail with a 500 before or after its view ran.
 """
 
 from __future__ import annotations
@@ -490,39 +487,3 @@ class AuditMiddleware:
                 log.exception("audit: could not record %s %s", request.method, request.path)
                 return _unavailable(request)
         return response
-
-
-class InjectedFault(RuntimeError):
-    """Raised on purpose by FaultInjectionMiddleware; never in production."""
-
-
-class FaultInjectionMiddleware:
-    """Test-only: ``X-Portal-Fault: before-view`` or ``after-view`` forces a 500.
-
-    ``after-view`` runs the view first (its saves happen), then fails, which is how the tests
-    prove that a failed request leaves the domain unchanged and still gets its audit row.
-    Honoured only while ``PORTAL_FAULT_INJECTION`` is on, which settings refuse in production.
-    """
-
-    def __init__(self, get_response):
-        self.get_response = get_response
-
-    def __call__(self, request: HttpRequest) -> HttpResponse:
-        return self.get_response(request)
-
-    def process_view(self, request, view_func, view_args, view_kwargs):
-        if not settings.PORTAL_FAULT_INJECTION:
-            return None
-        fault = request.headers.get("X-Portal-Fault")
-        if not fault:
-            return None
-        if fault == "before-view":
-            raise InjectedFault("fault injected before the view")
-        try:
-            response = view_func(request, *view_args, **view_kwargs)
-            if callable(getattr(response, "render", None)):
-                response.render()
-        except Exception as error:
-            # The view refused or failed on its own (404, 403 ...); the 500 is still forced.
-            raise InjectedFault("fault injected after the view") from error
-        raise InjectedFault("fault injected after the view")

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from django.db import models
 
+from audit.access import reads_whole_log
+
 
 class Outcome(models.TextChoices):
     SUCCESS = "success", "Success"
@@ -26,7 +28,7 @@ class AuditEventQuerySet(models.QuerySet):
         """Admins read the whole log; everybody else only their own activity."""
         if not getattr(user, "is_authenticated", False):
             return self.none()
-        if getattr(user, "is_portal_admin", False):
+        if reads_whole_log(user):
             return self.all()
         return self.filter(actor_id=user.pk)
 

@@ -14,6 +14,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from audit import chain, status
+from audit.access import reads_whole_log
 from audit.csv_stream import csv_lines
 from audit.filters import METHODS, AuditEventFilter
 from audit.models import AuditChainLink, AuditEvent, Outcome
@@ -24,7 +25,7 @@ EXPORT_FIELDS = ["seq", *chain.CONTENT_FIELDS]
 
 
 def _require_admin(request: HttpRequest) -> None:
-    if not getattr(request.user, "is_portal_admin", False):
+    if not reads_whole_log(request.user):
         raise PermissionDenied("Only portal admins can read the audit log.")
 
 
@@ -88,7 +89,7 @@ def event_detail(request: HttpRequest, seq: int) -> HttpResponse:
         summary = json.dumps(status.body_summary(event), indent=2, ensure_ascii=False)
     link = AuditChainLink.objects.filter(event_seq=event.seq).first()
     status.annotate_chain([event])
-    back = "audit-events" if getattr(request.user, "is_portal_admin", False) else "my-activity"
+    back = "audit-events" if reads_whole_log(request.user) else "my-activity"
     return render(
         request,
         "audit/event_detail.html",

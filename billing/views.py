@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.contrib import messages
-from django.core.exceptions import ValidationError
 from django.db.models import Count
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
@@ -22,9 +21,8 @@ from billing.reports import GRANULARITIES, GROUPS, cost_report
 from billing.rules import rates_in_words, rules_in_words
 from billing.services import budget_set, cur_import, cur_import_s3
 from instances.models import InstanceType, Market
-from portal.errors import Forbidden
 from portal.models import Membership, Project
-from portal.views import forbidden
+from portal.pages import forbidden, form_errors, service_errors
 
 
 def _valid_form(request: HttpRequest) -> ReportForm:
@@ -168,6 +166,7 @@ def _budget_totals(cards: list[dict]) -> dict:
 
 
 @require_http_methods(["GET", "POST"])
+@service_errors()
 def budgets(request: HttpRequest) -> HttpResponse:
     """A bar per project (spent, forecast, budget); finance and admins set them here."""
     user = request.user
@@ -184,7 +183,7 @@ def budgets(request: HttpRequest) -> HttpResponse:
         form = BudgetForm(request.POST, prefix=slug)
         if form.is_valid():
             data = form.cleaned_data
-            try:
+            with form_errors(form):
                 budget_set(
                     project=project,
                     actor=user,
@@ -192,12 +191,6 @@ def budgets(request: HttpRequest) -> HttpResponse:
                     thresholds=data["thresholds"],
                     policy=(data["policy"] or None) if user.is_portal_admin else None,
                 )
-            except Forbidden as error:
-                return forbidden(request, error.message)
-            except ValidationError as error:
-                for field, problems in error.message_dict.items():
-                    form.add_error(field if field in form.fields else None, problems)
-            else:
                 if data["monthly_amount"] is None:
                     messages.success(request, f"{project.slug} has no budget now.")
                 else:
@@ -240,6 +233,7 @@ def _selected_import(request: HttpRequest) -> CurImport | None:
 
 
 @require_http_methods(["GET", "POST"])
+@service_errors()
 def reconciliation(request: HttpRequest) -> HttpResponse:
     """Import an AWS Cost and Usage Report and compare it with metering, host by host."""
     if not _may_reconcile(request):
@@ -252,7 +246,7 @@ def reconciliation(request: HttpRequest) -> HttpResponse:
         form = CurUploadForm(request.POST, request.FILES)
         if form.is_valid():
             data = form.cleaned_data
-            try:
+            with form_errors(form):
                 if data.get("report"):
                     upload = data["report"]
                     imported = cur_import(
@@ -262,9 +256,6 @@ def reconciliation(request: HttpRequest) -> HttpResponse:
                     imported = cur_import_s3(
                         bucket=data["bucket"].strip(), key=data["key"].strip(), actor=request.user
                     )
-            except ValidationError as error:
-                form.add_error(None, error)
-            else:
                 messages.success(request, f"Compared {imported.source} with metered usage.")
                 return redirect(f"{reverse('reconciliation')}?run={imported.pk}")
         status = 400

@@ -7,37 +7,45 @@ once, so there is nothing to release and nothing to drift.
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 
 from django.db.models import Count, F, Sum
 
-from instances.models import Instance
+from instances.models import Instance, InstanceType
 from portal.errors import Conflict
 from portal.models import Project, Quota, User
+from portal.quotas import Key, Usage
 
 
-@dataclass
-class Usage:
-    gpus: int = 0
-    instances: int = 0
-    gpus_by_model: Counter = field(default_factory=Counter)
+def usage_of(keys: Iterable[Key]) -> dict[Key, Usage]:
+    """The PORTAL_QUOTA_USAGE hook: GPUs and hosts held now for each ``(project id, member id or
+    None)``, in one query however many keys. Every live host counts, stopped ones too, since
+    they may start again without asking."""
+    keys = list(keys)
+    found = {key: Usage() for key in keys}
+    members = {key[1] for key in keys}
+    rows = Instance.objects.filter(
+        project_id__in={project_id for project_id, _ in keys}, status__in=Instance.LIVE
+    )
+    if None not in members:
+        rows = rows.filter(owner_id__in=members)
+    grouped = rows.values("project_id", "owner_id", model=F("instance_type__gpu_model")).annotate(
+        hosts=Count("id"), gpus=Sum("instance_type__gpu_count")
+    )
+    for row in grouped.order_by():
+        for key in ((row["project_id"], None), (row["project_id"], row["owner_id"])):
+            used = found.get(key)
+            if used is not None:
+                used.instances += row["hosts"]
+                used.gpus += row["gpus"]
+                used.gpus_by_model[row["model"]] += row["gpus"]
+    return found
 
 
 def usage(*, project: Project, user: User | None = None) -> Usage:
-    """GPUs and hosts the project (or one member in it) holds now: every live host counts,
-    stopped ones too, since they may start again without asking."""
-    rows = Instance.objects.filter(project=project, status__in=Instance.LIVE)
-    if user is not None:
-        rows = rows.filter(owner=user)
-    found = Usage()
-    for row in rows.values(model=F("instance_type__gpu_model")).annotate(
-        hosts=Count("id"), gpus=Sum("instance_type__gpu_count")
-    ):
-        found.instances += row["hosts"]
-        found.gpus += row["gpus"]
-        found.gpus_by_model[row["model"]] += row["gpus"]
-    return found
+    """What one project (or one member in it) holds now."""
+    key = (project.pk, user.pk if user is not None else None)
+    return usage_of([key])[key]
 
 
 class QuotaExceeded(Conflict):
@@ -81,33 +89,23 @@ def quota_check(request) -> None:
                 code="quota_lease",
             )
         used = usage(project=request.project, user=quota.user)
-        limits = [
-            ("GPUs", quota.max_gpus, used.gpus, asks_gpus),
-            ("hosts", quota.max_instances, used.instances, request.count),
-        ]
-        if model in quota.max_gpus_by_model:
-            limits.append(
-                (
-                    f"{model} GPUs",
-                    quota.max_gpus_by_model[model],
-                    used.gpus_by_model[model],
-                    asks_gpus,
-                )
-            )
-        for what, limit, in_use, asks in limits:
-            if limit is not None and in_use + asks > limit:
-                over = " (already over the limit)" if in_use > limit else ""
+        for limit in quota.limits(used):
+            if limit.gpu_model and limit.gpu_model != model:
+                continue
+            asks = request.count if limit.unit == "hosts" else asks_gpus
+            if limit.in_use + asks > limit.limit:
+                over = " (already over the limit)" if limit.over else ""
                 raise QuotaExceeded(
-                    f"Quota exceeded: {who} may run {limit} {what}; {in_use} are in use{over} "
-                    f"and this order asks for {asks}."
+                    f"Quota exceeded: {who} may run {limit.limit} {limit.label}; "
+                    f"{limit.in_use} are in use{over} and this order asks for {asks}."
                 )
 
 
 def quota_catalog_problems(values: dict) -> tuple[dict, dict[str, str]]:
-    """Check the names in quota limits against the catalog; return the values with GPU models
-    spelled as the catalog spells them, and the problems by field. A per-model limit for a
-    misspelt model would never be enforced, and a misspelt type would block every order."""
-    from instances.models import InstanceType
+    """A PORTAL_QUOTA_VALIDATORS entry: check the names in quota limits against the catalog;
+    return the values with GPU models spelled as the catalog spells them, and the problems by
+    field. A per-model limit for a misspelt model would never be enforced, and a misspelt type
+    would block every order."""
 
     offered = InstanceType.objects.offered()
     models = {m.lower(): m for m in offered.values_list("gpu_model", flat=True)}

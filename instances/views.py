@@ -1,15 +1,14 @@
-"""Pages researchers use: the catalog, the order page, My hosts and a host's page."""
+"""Pages of the instances app: the catalog, the order page, My hosts, a host's page, and the
+approval inbox of managers and admins."""
 
 from __future__ import annotations
 
-import json
 import uuid
 from datetime import timedelta
 
 from django import forms
 from django.conf import settings
 from django.contrib import messages
-from django.core.exceptions import ValidationError
 from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -29,11 +28,11 @@ from instances.models import (
     Market,
     Order,
 )
+from instances.selectors import orders_to_decide
 from instances.usage import cost_so_far, running_seconds
 from portal import permissions
-from portal.errors import Forbidden, PortalError
 from portal.models import Project
-from portal.views import forbidden
+from portal.pages import forbidden, form_errors, service_errors
 
 SORTS = [
     ("price", "Price per hour, low to high"),
@@ -141,6 +140,7 @@ def _estimate_context(instance_type: InstanceType, data) -> dict:
     }
 
 
+@service_errors()
 def order_page(request: HttpRequest, name: str) -> HttpResponse:
     """Order hosts of one catalog type: the form, the live estimate, and the submit."""
     instance_type = get_object_or_404(InstanceType.objects.offered(), name=name)
@@ -161,7 +161,7 @@ def order_page(request: HttpRequest, name: str) -> HttpResponse:
     status = 200
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
-        try:
+        with form_errors(form):
             order, _ = services.order_submit(
                 idempotency_key=f"page-{data['submission']}",
                 requester=request.user,
@@ -177,13 +177,6 @@ def order_page(request: HttpRequest, name: str) -> HttpResponse:
                 if data["market"] == Market.SPOT
                 else "",
             )
-        except ValidationError as error:
-            for field_name, problems in error.error_dict.items():
-                for problem in problems:
-                    form.add_error(field_name if field_name in form.fields else None, problem)
-        except PortalError as error:
-            form.add_error(None, error.message)
-        else:
             what = f"{order.count}× {instance_type.name} ({order.get_market_display()})"
             if order.status == Order.Status.PENDING_APPROVAL:
                 messages.info(
@@ -310,34 +303,68 @@ def host_panel_partial(request: HttpRequest, pk) -> HttpResponse:
     return render(request, "instances/_host_panel.html", _host_context(request, instance))
 
 
+def _host_back(request: HttpRequest, *, pk, verb: str = "") -> str:
+    """Where a host action's page goes next: the page it came from, if it is ours."""
+    back = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
+        back = reverse("host", args=[pk])
+    return back
+
+
 @require_POST
+@service_errors(back=_host_back)
 def host_action(request: HttpRequest, pk, verb: str) -> HttpResponse:
     """Stop, start or terminate from a page; htmx gets the refreshed fragment back."""
     instance = _visible_instance(request, pk)
     if verb not in ACTIONS:
         raise Http404
+    services.instance_request_action(instance=instance, user=request.user, action=verb)
     target = request.headers.get("HX-Target", "")
-    try:
-        services.instance_request_action(instance=instance, user=request.user, action=verb)
-    except PortalError as error:
-        if target:
-            response = HttpResponse(error.message, status=error.status)
-            response["HX-Reswap"] = "none"
-            response["HX-Trigger"] = json.dumps({"portal:error": error.message})
-            return response
-        if isinstance(error, Forbidden):
-            return forbidden(request, error.message)
-        messages.error(request, error.message)
-    else:
-        if not target:
-            messages.success(
-                request, f"{verb.capitalize()} requested for {instance.instance_type}."
-            )
     if target == "host-panel":
         return host_panel_partial(request, pk)
     if target == "host-rows":
         return hosts_rows_partial(request)
-    back = request.POST.get("next", "")
-    if not url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
-        back = reverse("host", args=[pk])
-    return redirect(back)
+    if not target:
+        messages.success(request, f"{verb.capitalize()} requested for {instance.instance_type}.")
+    return redirect(_host_back(request, pk=pk))
+
+
+# --- approvals -----------------------------------------------------------------------------------
+
+
+def approvals(request: HttpRequest) -> HttpResponse:
+    """The approval inbox of managers and admins."""
+    if not permissions.is_approver(request.user):
+        return forbidden(request, "Only admins and project managers approve orders.")
+    pending = (
+        orders_to_decide(request.user)
+        .select_related("requester", "project", "instance_type", "image")
+        .order_by("created_at")
+    )
+    decided = (
+        Order.objects.filter(decided_by__isnull=False)
+        .filter(project__in=permissions.visible_projects(request.user))
+        .select_related("requester", "project", "instance_type", "decided_by")
+        .order_by("-decided_at")[:10]
+    )
+    return render(request, "instances/approvals.html", {"pending": pending, "decided": decided})
+
+
+@require_POST
+@service_errors(back="approvals")
+def approval_decide(request: HttpRequest, pk, decision: str) -> HttpResponse:
+    order = get_object_or_404(Order.objects.for_user(request.user).distinct(), pk=pk)
+    reason = request.POST.get("reason", "")
+    if decision == "approve":
+        services.order_approve(order=order, user=request.user, reason=reason)
+        messages.success(
+            request,
+            f"Approved {order.count}× {order.instance_type.name} for "
+            f"{order.requester.username}; provisioning has started.",
+        )
+    elif decision == "reject":
+        services.order_reject(order=order, user=request.user, reason=reason)
+        messages.success(request, f"Rejected the order of {order.requester.username}.")
+    else:
+        messages.error(request, "Approve or reject.")
+    return redirect("approvals")

@@ -1,8 +1,9 @@
-"""What the navigation bar needs on every page."""
+"""What the navigation bar needs on every page; who may see which link is portal.permissions'."""
 
 from __future__ import annotations
 
-from portal.models import Membership, Notice
+from portal import permissions
+from portal.models import Notice
 
 
 def navigation(request) -> dict:
@@ -10,7 +11,9 @@ def navigation(request) -> dict:
     if user is None or not user.is_authenticated or request.headers.get("HX-Request"):
         return {}  # htmx fragments (polled every few seconds) draw no navigation
     return {
-        "nav_is_approver": user.is_portal_admin
-        or Membership.objects.filter(user=user, role=Membership.Role.MANAGER).exists(),
+        "nav_is_approver": permissions.is_approver(user),
+        "nav_sets_quotas": permissions.can_set_quotas(user),
+        "nav_reads_audit_log": permissions.can_read_audit_log(user),
+        "nav_is_admin": permissions.is_admin(user),
         "nav_unread": Notice.objects.filter(user=user, read_at__isnull=True).count(),
     }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from django.contrib.auth.models import AbstractUser, UserManager
 from django.db import models
 
@@ -93,12 +95,38 @@ class Membership(models.Model):
         return f"{self.user} in {self.project} ({self.role})"
 
 
+@dataclass(frozen=True)
+class QuotaLimit:
+    """One counted limit of a quota beside what is in use: ``unit`` says what an order adds to
+    it (``gpus`` or ``hosts``); ``gpu_model`` is set on a per-model limit."""
+
+    label: str
+    limit: int
+    in_use: int
+    unit: str
+    gpu_model: str = ""
+
+    @property
+    def over(self) -> bool:
+        return self.in_use > self.limit
+
+
 class Quota(models.Model):
     """Limits for a project, or for one member within it (``user`` set). Empty means no limit.
 
     Usage is never stored: the instances app counts the live hosts under the project's lock, so
     a host that ends, however it ends, stops counting exactly once.
     """
+
+    # Every field a quota sets, with the name people read it by (history lines, forms).
+    FIELDS = {
+        "max_gpus": "GPUs",
+        "max_gpus_by_model": "GPUs per model",
+        "max_instances": "hosts",
+        "max_lease_hours": "longest lease",
+        "allowed_instance_types": "types",
+        "allowed_markets": "markets",
+    }
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="quotas")
     user = models.ForeignKey(
@@ -134,6 +162,24 @@ class Quota(models.Model):
 
     def __str__(self) -> str:
         return f"quota {self.project}" + (f" / {self.user}" if self.user_id else "")
+
+    def limits(self, used) -> list[QuotaLimit]:
+        """The counted limits this quota sets (GPUs, hosts, GPUs per model, in that order)
+        against ``used`` (anything with ``gpus``, ``instances`` and ``gpus_by_model``); the one
+        list the order check, the bars and the API's ``over_limit`` all read."""
+        found = []
+        if self.max_gpus is not None:
+            found.append(QuotaLimit("GPUs", self.max_gpus, used.gpus, "gpus"))
+        if self.max_instances is not None:
+            found.append(QuotaLimit("hosts", self.max_instances, used.instances, "hosts"))
+        for model, limit in sorted(self.max_gpus_by_model.items()):
+            found.append(
+                QuotaLimit(f"{model} GPUs", limit, used.gpus_by_model.get(model, 0), "gpus", model)
+            )
+        return found
+
+    def is_over(self, used) -> bool:
+        return any(limit.over for limit in self.limits(used))
 
 
 class QuotaChange(models.Model):

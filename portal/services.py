@@ -95,14 +95,7 @@ def membership_remove(*, project: Project, user: User) -> None:
 
 # --- quotas ----------------------------------------------------------------------------------
 
-QUOTA_FIELDS = (
-    "max_gpus",
-    "max_gpus_by_model",
-    "max_instances",
-    "max_lease_hours",
-    "allowed_instance_types",
-    "allowed_markets",
-)
+QUOTA_FIELDS = tuple(Quota.FIELDS)
 
 
 def _quota_values(quota: Quota) -> dict:

@@ -47,6 +47,8 @@ INSTALLED_APPS = [
     "portal",
     "instances",
     "billing",
+    # Last: the demo seeding may import every app above, and none imports it.
+    "demo",
 ]
 
 MIDDLEWARE = [
@@ -118,8 +120,8 @@ AXES_FAILURE_LIMIT = 6
 AXES_COOLOFF_TIME = timedelta(minutes=15)
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
-AXES_LOCKOUT_CALLABLE = "portal.views.lockout"
-AXES_USERNAME_CALLABLE = "portal.views.sign_in_username"
+AXES_LOCKOUT_CALLABLE = "portal.views.account.lockout"
+AXES_USERNAME_CALLABLE = "portal.views.account.sign_in_username"
 AXES_HTTP_RESPONSE_CODE = 429
 AXES_VERBOSE = False
 # The same address the audit log records: X-Forwarded-For believed only as far as our proxies.
@@ -398,6 +400,17 @@ PORTAL_ORDER_MAX_COUNT = env_int("PORTAL_ORDER_MAX_COUNT", 8)
 # Checks order_submit runs under the project lock, in order (quota, budget, ...); each is a
 # callable(order_request) that raises to refuse.
 ORDER_ADMISSION_CHECKS: list[str] = ["instances.quotas.quota_check"]
+# Quotas are defined in portal and counted in instances: callable(keys) -> {key: Usage} for many
+# (project id, member id or None) keys at once; and callable(values) -> (values, problems)
+# checks of the names a quota's limits use, run before a quota is saved.
+PORTAL_QUOTA_USAGE = "instances.quotas.usage_of"
+PORTAL_QUOTA_VALIDATORS: list[str] = ["instances.quotas.quota_catalog_problems"]
+# The dashboard's panels, in order: callable(user, projects) -> portal.panels.Panel.
+PORTAL_DASHBOARD_PANELS: list[str] = [
+    "instances.panels.summary_panel",
+    "instances.panels.quota_panel",
+    "instances.panels.hosts_panel",
+]
 # Days an order may wait for approval before it expires (a project's policy may say otherwise).
 PORTAL_APPROVAL_EXPIRY_DAYS = env_int("PORTAL_APPROVAL_EXPIRY_DAYS", 3)
 # Personal API tokens: default and longest lifetime, in days.
@@ -430,12 +443,12 @@ LOGGING = {
 }
 
 # --- Audit log (issue 5) -------------------------------------------------------------------
-# First in the chain so it sees every answer, including other middleware's refusals; the
-# fault switch last, right before the view (tests only).
+# First in the chain so it sees every answer, including other middleware's refusals.
 MIDDLEWARE.insert(0, "audit.middleware.AuditMiddleware")
-MIDDLEWARE.append("audit.middleware.FaultInjectionMiddleware")
 # Off only to measure what audit costs (make bench); read on every request.
 PORTAL_AUDIT_ENABLED = env_bool("PORTAL_AUDIT_ENABLED", True)
+# Who reads the whole log (everyone reads their own activity): callable(user) -> bool.
+AUDIT_LOG_READER = "portal.permissions.can_read_audit_log"
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Audit makes every API read a write. SQLite's default journal syncs the disk on every
     # commit (~1 ms here); in WAL mode with synchronous=NORMAL a commit is durable against a
@@ -476,12 +489,6 @@ PORTAL_AUDIT_S3_ENDPOINT_URL = env_str("PORTAL_AUDIT_S3_ENDPOINT_URL")
 # How many reverse proxies of ours stand in front of the portal; X-Forwarded-For is believed
 # only that far, so a client cannot choose the source address recorded for it.
 PORTAL_TRUSTED_PROXIES = env_int("PORTAL_TRUSTED_PROXIES", 0)
-# Test-only: honour X-Portal-Fault headers that force a 500 (see audit.middleware).
-PORTAL_FAULT_INJECTION = env_bool("PORTAL_FAULT_INJECTION", False)
-if PORTAL_FAULT_INJECTION and not DEBUG:
-    from django.core.exceptions import ImproperlyConfigured
-
-    raise ImproperlyConfigured("PORTAL_FAULT_INJECTION=1 is for tests; it must be 0 in production.")
 CELERY_BEAT_SCHEDULE.update(
     {
         "audit-seal": {
@@ -497,6 +504,8 @@ CELERY_BEAT_SCHEDULE.update(
 # --- Billing ---------------------------------------------------------------------------------
 # The budget check runs after the quota check, under the same project lock.
 ORDER_ADMISSION_CHECKS.append("billing.budgets.budget_check")
+# Each project's spend against its budget, on its dashboard card.
+PORTAL_DASHBOARD_PANELS.append("billing.panels.budget_panel")
 # Seconds between metering passes (usage rows, then the daily rollups they changed) and between
 # budget checks (threshold notices, the stop-hosts policy).
 PORTAL_METER_SECONDS = env_int("PORTAL_METER_SECONDS", 60)

@@ -7,12 +7,10 @@ from rest_framework.routers import DefaultRouter
 
 from audit.api import AuditEventViewSet
 from billing.api import BudgetViewSet, CostViewSet
-from instances import views as instance_views
-from instances import views_governance as governance
 from instances.api import ImageViewSet, InstanceTypeViewSet, InstanceViewSet, OrderViewSet
-from instances.api_quotas import QuotaViewSet
-from portal import metrics_http, views
-from portal.api import ProjectViewSet, TokenViewSet
+from portal import metrics_http
+from portal.api import ProjectViewSet, QuotaViewSet, TokenViewSet
+from portal.views import account, dashboard, health, quotas
 
 
 class ApiDocsView(SpectacularSwaggerSplitView):
@@ -41,34 +39,17 @@ router.register("costs", CostViewSet, basename="cost")
 router.register("budgets", BudgetViewSet, basename="budget")
 
 urlpatterns = [
-    path("", views.home, name="home"),
-    path("login/", views.LoginView.as_view(), name="login"),
-    path("logout/", views.LogoutView.as_view(), name="logout"),
-    path("health/", views.health, name="health"),
+    path("", dashboard.home, name="home"),
+    path("login/", account.LoginView.as_view(), name="login"),
+    path("logout/", account.LogoutView.as_view(), name="logout"),
+    path("health/", health.health, name="health"),
     path("metrics", metrics_http.metrics, name="metrics"),
-    path("dashboard/", governance.dashboard, name="dashboard"),
-    path("approvals/", governance.approvals, name="approvals"),
-    path(
-        "approvals/<uuid:pk>/<str:decision>/",
-        governance.approval_decide,
-        name="approval-decide",
-    ),
-    path("quotas/", governance.quotas_page, name="quotas"),
-    path("quotas/<slug:slug>/", governance.quota_save, name="quota-save"),
-    path("quotas/<slug:slug>/policy/", governance.policy_save, name="policy-save"),
-    path("account/tokens/", views.tokens_page, name="tokens"),
-    path("catalog/", instance_views.catalog, name="catalog"),
-    path("catalog/<str:name>/order/", instance_views.order_page, name="order"),
-    path(
-        "catalog/<str:name>/estimate/",
-        instance_views.order_estimate_partial,
-        name="order-estimate-panel",
-    ),
-    path("hosts/", instance_views.hosts_page, name="hosts"),
-    path("hosts/rows/", instance_views.hosts_rows_partial, name="host-rows"),
-    path("hosts/<uuid:pk>/", instance_views.host_page, name="host"),
-    path("hosts/<uuid:pk>/panel/", instance_views.host_panel_partial, name="host-panel"),
-    path("hosts/<uuid:pk>/<str:verb>/", instance_views.host_action, name="host-action"),
+    path("dashboard/", dashboard.dashboard, name="dashboard"),
+    path("quotas/", quotas.quotas_page, name="quotas"),
+    path("quotas/<slug:slug>/", quotas.quota_save, name="quota-save"),
+    path("quotas/<slug:slug>/policy/", quotas.policy_save, name="policy-save"),
+    path("account/tokens/", account.tokens_page, name="tokens"),
+    path("", include("instances.urls")),  # catalog, ordering, hosts, approvals
     path("", include("audit.urls")),
     path("", include("billing.urls")),  # costs, budgets, reconciliation
     path("admin/", admin.site.urls),

@@ -218,7 +218,7 @@ def test_a_forced_failure_is_recorded_as_an_error_with_its_exception_class(as_al
     assert response["X-Request-ID"]
     row = row_for(response)
     assert (row.status, row.outcome) == (500, "error")
-    assert row.error == "audit.middleware.InjectedFault"
+    assert row.error == "tests.faults.InjectedFault"
 
 
 def test_the_fault_header_is_ignored_while_the_switch_is_off(as_alice):

@@ -11,7 +11,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PROBE = (
     "import django; from django.conf import settings as s; django.setup(); "
     "print(s.PORTAL_AUDIT_SIGNING_KEY == s.SECRET_KEY, s.PORTAL_AUDIT_ENABLED, "
-    "s.PORTAL_TRUSTED_PROXIES, s.MIDDLEWARE[0], s.MIDDLEWARE[-1])"
+    "s.PORTAL_TRUSTED_PROXIES, s.MIDDLEWARE[0], s.MIDDLEWARE[-1], "
+    "any('Fault' in name for name in s.MIDDLEWARE), hasattr(s, 'PORTAL_FAULT_INJECTION'))"
 )
 
 
@@ -52,17 +53,19 @@ def test_production_signs_with_its_own_key_not_the_secret_key(tmp_path):
         "True",
         "0",
         "audit.middleware.AuditMiddleware",
-        "audit.middleware.FaultInjectionMiddleware",
+        "axes.middleware.AxesMiddleware",
+        "False",
+        "False",
     ]
 
 
-def test_the_fault_switch_is_refused_in_production(tmp_path):
-    result = start(
-        {**PRODUCTION, "PORTAL_AUDIT_SIGNING_KEY": "k" * 50, "PORTAL_FAULT_INJECTION": "1"},
-        tmp_path,
-    )
-    assert result.returncode != 0
-    assert "PORTAL_FAULT_INJECTION=1 is for tests" in result.stderr
+def test_the_fault_switch_is_in_the_test_settings_only(tmp_path, settings):
+    production = start({**PRODUCTION, "PORTAL_AUDIT_SIGNING_KEY": "k" * 50}, tmp_path)
+    development = start({}, tmp_path)
+    for result in (production, development):
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.split()[-2:] == ["False", "False"]
+    assert settings.MIDDLEWARE[-1] == "tests.faults.FaultInjectionMiddleware"
 
 
 def test_development_has_a_signing_key_and_reads_the_audit_settings(tmp_path):

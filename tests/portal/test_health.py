@@ -37,7 +37,7 @@ def test_health_names_the_broker_when_it_is_down(client, db, broken_broker):
 
 
 def test_health_names_the_database_when_it_is_down(client, db):
-    with mock.patch("portal.views.connection.cursor", side_effect=OperationalError("down")):
+    with mock.patch("portal.views.health.connection.cursor", side_effect=OperationalError("down")):
         response = client.get("/health/")
     assert response.status_code == 503
     assert response.json()["failing"] == ["database"]

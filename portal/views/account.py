@@ -1,27 +1,17 @@
-"""Pages of the people side: sign-in, sign-out, health."""
+"""Pages of one's own account: sign-in, sign-out, API tokens; what django-axes calls."""
 
 from __future__ import annotations
-
-import logging
 
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
-from django.contrib.auth.decorators import login_not_required
-from django.core.exceptions import ValidationError
-from django.db import connection
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
-from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET
 
-from portal.celery import app as celery_app
-from portal.celery_ops import health_report
 from portal.models import ApiToken
+from portal.pages import service_errors
 from portal.services import token_issue, token_revoke
-
-log = logging.getLogger(__name__)
 
 
 class LoginView(auth_views.LoginView):
@@ -33,61 +23,7 @@ class LogoutView(auth_views.LogoutView):
     template_name = "portal/logged_out.html"
 
 
-def forbidden(request: HttpRequest, message: str) -> HttpResponse:
-    """A page a caller may see exists but is not theirs to use: 403 with the reason."""
-    return render(request, "portal/forbidden.html", {"message": message}, status=403)
-
-
-def home(request: HttpRequest):
-    return redirect("dashboard")
-
-
-def _database_ok() -> tuple[bool, str]:
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-            cursor.fetchone()
-    except Exception as error:  # noqa: BLE001 - any failure means "not healthy"
-        log.warning("health: database check failed: %s", error)
-        return False, type(error).__name__
-    return True, "ok"
-
-
-def _broker_ok() -> tuple[bool, str]:
-    try:
-        with celery_app.connection_for_write(settings.CELERY_BROKER_URL) as conn:
-            conn.ensure_connection(max_retries=1, timeout=2)
-            # Opening a channel proves the transport works (a folder exists, Redis answers).
-            conn.default_channel  # noqa: B018
-    except Exception as error:  # noqa: BLE001
-        log.warning("health: broker check failed: %s", error)
-        return False, type(error).__name__
-    return True, "ok"
-
-
-@never_cache
-@require_GET
-@login_not_required
-def health(request: HttpRequest) -> JsonResponse:
-    """200 when the database and the broker answer; 503 naming the one that does not. Beat and
-    the workers are reported with their reasons ("degraded" when one is missing)."""
-    db_ok, db_state = _database_ok()
-    broker_ok, broker_state = _broker_ok()
-    body = {
-        "status": "ok" if db_ok and broker_ok else "unavailable",
-        "database": db_state,
-        "broker": broker_state,
-    }
-    failing = [name for name, ok in (("database", db_ok), ("broker", broker_ok)) if not ok]
-    if failing:
-        body["failing"] = failing
-    else:
-        body.update(health_report())
-        if body["beat"] != "ok" or body["workers"] != "ok":
-            body["status"] = "degraded"
-    return JsonResponse(body, status=200 if not failing else 503)
-
-
+@service_errors(back="tokens")
 def tokens_page(request: HttpRequest) -> HttpResponse:
     """Create, list and revoke personal API tokens; a new token is shown once."""
     issued = None
@@ -103,14 +39,8 @@ def tokens_page(request: HttpRequest) -> HttpResponse:
             days = int(request.POST.get("days") or settings.PORTAL_TOKEN_DEFAULT_DAYS)
         except ValueError:
             days = -1
-        try:
-            token, secret = token_issue(
-                user=request.user, name=request.POST.get("name", ""), days=days
-            )
-        except ValidationError as error:
-            messages.error(request, " ".join(error.messages))
-        else:
-            issued = {"token": token, "secret": secret}
+        token, secret = token_issue(user=request.user, name=request.POST.get("name", ""), days=days)
+        issued = {"token": token, "secret": secret}
     tokens = ApiToken.objects.filter(user=request.user)
     response = render(
         request,

@@ -1,22 +1,12 @@
-"""REST API for the audit log: ``GET /api/v1/audit/events/`` (admins only)."""
+"""Serializers of the audit log's API."""
 
 from __future__ import annotations
 
-from rest_framework import permissions, serializers, viewsets
+from rest_framework import serializers
 
 from audit import status
-from audit.filters import AuditEventFilter
 from audit.models import AuditEvent
 from audit.status import body_summary
-
-
-class IsPortalAdmin(permissions.BasePermission):
-    """Only admins read the log; researchers and finance see their own on My activity."""
-
-    message = "Only portal admins can read the audit log; your own activity is at /activity/."
-
-    def has_permission(self, request, view):
-        return bool(getattr(request.user, "is_portal_admin", False))
 
 
 class ActorSerializer(serializers.Serializer):
@@ -75,29 +65,3 @@ class AuditEventSerializer(serializers.ModelSerializer):
 
     def get_body_summary(self, event: AuditEvent) -> dict | list | None:
         return body_summary(event)
-
-
-class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):
-    """The audit log, newest first: one row per API call, unsafe page request, sign-in, admin
-    action, and state change made by a task or command. Filter by actor, time, method,
-    status, outcome, path and object."""
-
-    serializer_class = AuditEventSerializer
-    permission_classes = [permissions.IsAuthenticated, IsPortalAdmin]
-    filterset_class = AuditEventFilter
-    lookup_field = "seq"
-    # A forged row may carry a number below 1; it can be read like any other.
-    lookup_value_regex = r"-?[0-9]+"
-
-    def get_queryset(self):
-        return AuditEvent.objects.for_user(self.request.user).order_by("-seq")
-
-    def paginate_queryset(self, queryset):
-        # Where each row stands against the chain, for the whole page in a few queries.
-        page = super().paginate_queryset(queryset)
-        return status.annotate_chain(page) if page is not None else None
-
-    def get_object(self):
-        event = super().get_object()
-        status.annotate_chain([event])
-        return event

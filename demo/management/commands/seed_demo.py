@@ -7,6 +7,8 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 from audit.services import audit_record_system
+from billing.models import Budget
+from billing.services import budget_set, spot_prices_refresh
 from portal.models import Membership, User
 from portal.services import (
     approval_policy_set,
@@ -50,8 +52,6 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         if not options["no_catalog"]:
             call_command("sync_catalog", stdout=self.stdout, stderr=self.stderr)
-            from billing.services import spot_prices_refresh
-
             added = spot_prices_refresh()
             self.stdout.write(f"Spot prices: {added} new observations.")
         projects = {}
@@ -80,9 +80,6 @@ class Command(BaseCommand):
                 quota_set(project=projects[slug], actor=admin, **limits)
         if not hasattr(projects["vision-lab"], "approval_policy"):
             approval_policy_set(project=projects["vision-lab"], actor=admin, gpus_above=8)
-        from billing.models import Budget
-        from billing.services import budget_set
-
         for slug, (amount, policy) in DEMO_BUDGETS.items():
             if not Budget.objects.filter(project=projects[slug]).exists():
                 budget_set(

@@ -1,0 +1,109 @@
+"""How a page answers a service's refusal, in one place.
+
+Services raise ``Forbidden`` (not yours to do), other ``PortalError``s (the state of things
+refuses it) or Django's ``ValidationError`` (what was sent is wrong). A page answers:
+
+* any refusal, to an htmx request (``HX-Target`` set): the status and the sentence, with
+  ``HX-Reswap: none`` (the fragment stays) and a ``portal:error`` event the page shows;
+* ``Forbidden``: the 403 page with the service's sentence (``service_errors``);
+* anything else, after a POST that redirects: the sentence as an error message on the page it
+  goes back to (``service_errors(back=...)``);
+* anything else, on a page that shows a form: the sentence on the form, beside the field it
+  names (``form_errors(form)``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import wraps
+
+from django import forms
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+
+from portal.errors import Forbidden, PortalError
+
+
+def forbidden(request: HttpRequest, message: str) -> HttpResponse:
+    """A page a caller may see exists but is not theirs to use: 403 with the reason."""
+    return render(request, "portal/forbidden.html", {"message": message}, status=403)
+
+
+def in_words(error: ValidationError | PortalError) -> str:
+    if isinstance(error, PortalError):
+        return error.message
+    return " ".join(error.messages)
+
+
+def service_errors(
+    back: str | Callable[..., str] | None = None,
+    *,
+    prefix: Callable[..., str] | None = None,
+):
+    """Decorate a page view that calls services.
+
+    An htmx request gets the refusal as an event. ``Forbidden`` answers the 403 page. With
+    ``back`` (a URL name, or ``back(request, **view_kwargs)`` giving a URL), any other refusal
+    becomes an error message, led by ``prefix(**view_kwargs)`` when given, and the browser goes
+    back there; without it, the view handles them (``form_errors``)."""
+
+    def decorate(view):
+        @wraps(view)
+        def page(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+            try:
+                return view(request, *args, **kwargs)
+            except (ValidationError, PortalError) as error:
+                if request.headers.get("HX-Target"):
+                    return _htmx_refusal(error)
+                if isinstance(error, Forbidden):
+                    return forbidden(request, error.message)
+                if back is None:
+                    raise
+                text = in_words(error)
+                if prefix is not None:
+                    text = f"{prefix(**kwargs)}: {text}"
+                messages.error(request, text)
+                return redirect(back(request, **kwargs) if callable(back) else back)
+
+        return page
+
+    return decorate
+
+
+def _htmx_refusal(error: ValidationError | PortalError) -> HttpResponse:
+    text = in_words(error)
+    response = HttpResponse(text, status=getattr(error, "status", 400))
+    response["HX-Reswap"] = "none"
+    response["HX-Trigger"] = json.dumps({"portal:error": text})
+    return response
+
+
+@contextmanager
+def form_errors(form: forms.Form) -> Iterator[None]:
+    """Put a refusal on the form: a field's problem beside the field, the rest above the form.
+    ``Forbidden`` is left to ``service_errors``."""
+    try:
+        yield
+    except Forbidden:
+        raise
+    except ValidationError as error:
+        if hasattr(error, "error_dict"):
+            for name, problems in error.error_dict.items():
+                for problem in problems:
+                    form.add_error(name if name in form.fields else None, problem)
+        else:
+            form.add_error(None, error)
+    except PortalError as error:
+        form.add_error(error.field if error.field in form.fields else None, error.message)
+
+
+def form_problems(form: forms.Form) -> str:
+    """A form's errors in one line, field by field, for a message on the page it came from."""
+    return "; ".join(
+        f"{form.fields[name].label if name in form.fields else 'Form'}: {' '.join(problems)}"
+        for name, problems in form.errors.items()
+    )

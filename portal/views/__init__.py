@@ -1,0 +1,2 @@
+"""portal's pages, one module per concern: ``account`` (sign-in, tokens), ``dashboard``,
+``quotas`` (quotas and approval policies), ``health``."""

@@ -1,0 +1,13 @@
+"""The settings the tests run under: production's, plus what only tests may have.
+
+pytest reads this module (``DJANGO_SETTINGS_MODULE`` in pyproject.toml); a server or worker a
+test starts in a subprocess inherits it from the environment pytest-django sets.
+"""
+
+from portal.settings import *  # noqa: F403
+from portal.settings import MIDDLEWARE
+
+# Last, right before the view, so a forced failure comes after every other middleware ran.
+MIDDLEWARE = [*MIDDLEWARE, "tests.faults.FaultInjectionMiddleware"]
+# Off unless a test asks for faults (the ``faults`` fixture in tests/audit/conftest.py).
+PORTAL_FAULT_INJECTION = False

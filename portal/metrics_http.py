@@ -30,8 +30,9 @@ def route_of(request: HttpRequest) -> str:
 class MetricsMiddleware:
     """Counts every answer by route pattern, method and status, and times it.
 
-    First in MIDDLEWARE, so it sees the audit middleware's refusals (413, 414, 431) and the
-    time audit takes too. Methods outside the standard set share one label.
+    Second in MIDDLEWARE, right after audit: it sees every answer of the middleware below it
+    and of the views (audit's own refusals are in the audit log). Methods outside the standard
+    set share one label.
     """
 
     METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})

@@ -541,6 +541,7 @@ CELERY_BEAT_SCHEDULE.update(
 # /metrics in the Prometheus text format, for a scraper holding this bearer token; unset, the
 # page does not exist (404). portal/metrics.py says what it holds.
 PORTAL_METRICS_TOKEN = env_str("PORTAL_METRICS_TOKEN")
+METRICS_MIDDLEWARE = "portal.metrics_http.MetricsMiddleware"
 # The folder where gunicorn and Celery worker processes keep their counters so that one scrape
 # sums them (prometheus-client's multiprocess mode). It must be set in the environment of every
 # process before it starts, be shared by them (one host, or one volume), and be emptied when
@@ -554,8 +555,10 @@ PORTAL_METRICS_COLLECTORS: list[str] = [
     "instances.metrics.collect_hosts",
     "billing.metrics.collect",
 ]
-# First of all middleware: it times and counts every answer, audit's refusals included.
-MIDDLEWARE.insert(0, "portal.metrics_http.MetricsMiddleware")
+# Right after audit (which stays first, to stamp every answer with its request id): it times and
+# counts every answer of the middleware below and the views. Audit's own refusals (413, 414,
+# 431) are in the audit log, not in these counts.
+MIDDLEWARE.insert(MIDDLEWARE.index("audit.middleware.AuditMiddleware") + 1, METRICS_MIDDLEWARE)
 # Prometheus scrapes over the internal network in plain http.
 SECURE_REDIRECT_EXEMPT.append(r"^metrics$")
 # Seconds /health/ waits for workers to answer a ping.

@@ -12,7 +12,6 @@ from django.test.utils import CaptureQueriesContext, override_settings
 
 from tests.bench.bench_orders import make_instances, setup_people
 
-MIDDLEWARE = "portal.metrics_http.MetricsMiddleware"
 TOKEN = "bench-metrics-token-0123456789"
 
 
@@ -27,7 +26,7 @@ def _p50(client: Client, path: str, runs: int) -> float:
 
 def _middleware_cost(report) -> None:
     with_it = list(settings.MIDDLEWARE)
-    without = [name for name in with_it if name != MIDDLEWARE]
+    without = [name for name in with_it if name != settings.METRICS_MIDDLEWARE]
     client = Client()
     path = "/login/"  # a page that touches no table: the middleware's share is at its largest
     runs, rounds = 200, 5

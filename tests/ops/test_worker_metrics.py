@@ -59,15 +59,22 @@ def test_metrics_after_an_order_runs_on_a_real_worker(
 
     # Not worker_process(), which empties the queues first: these two tasks are the test.
     worker = Worker(PROMETHEUS_MULTIPROC_DIR=str(metrics_dir), PORTAL_SIMULATED_BOOT_SECONDS="1")
+    labels = (("instance_type", "g5.xlarge"), ("market", "on_demand"))
+
+    def both_observed():
+        """the worker's two provisioning times in the scrape"""
+        return scrape(client).get(("portal_provisioning_seconds_count", labels)) == 2
+
     try:
         worker.start()
         wait_for(all_running(2), timeout=90)
+        # Observed just after the commit that the test saw: give the worker that moment.
+        wait_for(both_observed, timeout=10)
     finally:
         worker.stop()
 
-    samples = scrape(client)
-    labels = (("instance_type", "g5.xlarge"), ("market", "on_demand"))
     # Observed in the worker's processes, read from their files by this scrape.
+    samples = scrape(client)
     assert samples[("portal_provisioning_seconds_count", labels)] == 2
     assert samples[("portal_provisioning_seconds_sum", labels)] > 0
     hosts = (("instance_type", "g5.xlarge"), ("market", "on_demand"), ("status", "running"))

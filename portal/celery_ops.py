@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -171,9 +172,30 @@ def beat_state(now: float | None = None) -> BeatState:
 # --- worker presence --------------------------------------------------------------------------
 
 
+# The last ping's answer and when it was asked: /health/ is asked often (load balancers, compose)
+# and a ping nobody answers takes its whole timeout, so one answer serves for a few seconds.
+PING_REUSE_SECONDS = 10.0
+_last_ping: dict[str, tuple[float, bool, str]] = {}
+_ping_lock = threading.Lock()
+
+
+def forget_worker_ping() -> None:
+    _last_ping.clear()
+
+
 def workers_state() -> tuple[bool, str]:
-    """Ask the workers for a ping; the first answer within PORTAL_HEALTH_PING_SECONDS will do
-    (waiting for every worker would make each /health/ take the whole timeout)."""
+    """Whether a worker answered a ping within PORTAL_HEALTH_PING_SECONDS (the first answer
+    will do), asked at most once per PING_REUSE_SECONDS in this process."""
+    with _ping_lock:
+        asked = _last_ping.get("ping")
+        if asked and time.monotonic() - asked[0] < PING_REUSE_SECONDS:
+            return asked[1], asked[2]
+        ok, reason = ping_workers()
+        _last_ping["ping"] = (time.monotonic(), ok, reason)
+        return ok, reason
+
+
+def ping_workers() -> tuple[bool, str]:
     from portal.celery import app
 
     timeout = settings.PORTAL_HEALTH_PING_SECONDS
@@ -182,7 +204,7 @@ def workers_state() -> tuple[bool, str]:
     except Exception as error:  # noqa: BLE001 - any failure means no worker answered
         return False, f"ping failed: {type(error).__name__}"
     if not replies:
-        return False, f"no worker answered a ping within {settings.PORTAL_HEALTH_PING_SECONDS} s"
+        return False, f"no worker answered a ping within {timeout} s"
     return True, f"{next(iter(replies))} answered"
 
 

@@ -147,6 +147,8 @@ def scrape() -> bytes:
     if not PROCESS_WRITES_FILES:
         # This process counts in memory (runserver, a test): add its own counters. A process
         # in multiprocess mode has them in the folder already, and must not count them twice.
+        # (A test that points PORTAL_METRICS_DIR at a worker's folder gets a series twice,
+        # once from each side; production sets the variable for every process.)
         registry.register(PROCESS_REGISTRY)
     registry.register(ScrapeCollector(settings.PORTAL_METRICS_COLLECTORS))
     return generate_latest(registry)

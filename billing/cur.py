@@ -1,4 +1,5 @@
-"""Reading an AWS Cost and Usage Report and comparing it with metered usage, host by host.
+"""Reading an AWS Cost and Usage Report, comparing it with metered usage host by host, and
+keeping the result (``cur_import``, the writer).
 
 Both CSV shapes are read: the legacy CUR (``lineItem/ResourceId``, tags as
 ``resourceTags/user:portal:instance``) and CUR 2.0 from Data Exports (``line_item_resource_id``,
@@ -28,13 +29,18 @@ from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 
 from django.core.exceptions import ValidationError
+from django.db import transaction
 from django.db.models import Sum
 
-from billing.models import CurResult, Usage
+from audit.services import audit_record_system
+from billing.models import CurImport, CurResult, Usage
 from billing.money import RS_PER_DOLLAR
 from billing.reports import FIRST_DAY, LAST_DAY
 from instances.models import Instance
 from instances.providers.base import TAG_INSTANCE
+from portal import permissions
+from portal.errors import Forbidden
+from portal.models import User
 
 USAGE_LINE_TYPES = {"Usage", "DiscountedUsage", "SavingsPlanCoveredUsage"}
 TOLERANCE_DOLLARS = Decimal("0.01")
@@ -344,3 +350,55 @@ def fetch_s3(*, bucket: str, key: str) -> bytes:
         raise ValidationError(
             f"Could not reach S3 for s3://{bucket}/{key}: {error}.", code="s3_unreachable"
         ) from None
+
+
+def cur_import(*, data: bytes, source: str, actor: User | None) -> CurImport:
+    """Compare a Cost and Usage Report (CSV, optionally gzipped) with metered usage, host by
+    host, and keep the result. Changes nothing the portal bills or runs."""
+    if actor is not None and not permissions.can_reconcile(actor):
+        raise Forbidden("Only finance and admins reconcile the cloud bill.")
+    report = parse(data)
+    comparison = compare(report)
+    with transaction.atomic():
+        imported = CurImport.objects.create(
+            source=source[:500],
+            imported_by=actor,
+            first_day=comparison.first_day,
+            last_day=comparison.last_day,
+            lines_read=report.lines_read,
+            lines_compared=report.lines_compared,
+            summary=comparison.summary(),
+        )
+        CurResult.objects.bulk_create(
+            [
+                CurResult(
+                    cur_import=imported,
+                    resource_id=row.resource_id[:200],
+                    tag_instance=row.tag_instance[:100],
+                    instance_id=row.instance_id,
+                    status=row.status,
+                    cloud_cost=row.cloud_cost,
+                    portal_cost_rs=row.portal_cost_rs,
+                    note=row.note[:300],
+                )
+                for row in comparison.rows
+            ],
+            batch_size=1000,
+        )
+        if actor is None:
+            audit_record_system(
+                name="cur_import",
+                action="import",
+                object_ref=f"billing.curimport:{imported.pk}",
+                summary={"source": source[:200], **comparison.counts()},
+            )
+    return imported
+
+
+def cur_import_s3(*, bucket: str, key: str, actor: User | None) -> CurImport:
+    """Fetch a Cost and Usage Report from S3, then import it as cur_import does."""
+    if actor is not None and not permissions.can_reconcile(actor):
+        raise Forbidden("Only finance and admins reconcile the cloud bill.")
+    return cur_import(
+        data=fetch_s3(bucket=bucket, key=key), source=f"s3://{bucket}/{key}", actor=actor
+    )

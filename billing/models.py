@@ -10,9 +10,9 @@ from decimal import Decimal
 
 from django.core.validators import MinValueValidator
 from django.db import models
-from django.db.models import Q
 
 from instances.models import Market
+from portal import permissions
 
 
 class SpotPrice(models.Model):
@@ -79,14 +79,8 @@ class ScopedQuerySet(models.QuerySet):
     the projects they belong to, and their own."""
 
     def for_user(self, user):
-        if not user.is_authenticated:
-            return self.none()
-        if user.sees_everything:
-            return self.all()
-        from portal.models import Membership
-
-        mine = Membership.objects.filter(user=user).values("project_id")
-        return self.filter(Q(project_id__in=mine) | Q(user=user))
+        where = permissions.cost_rows_q(user)
+        return self.all() if where is None else self.filter(where)
 
 
 class Usage(models.Model):

@@ -73,3 +73,97 @@ def dollars(rate_seconds: int, places: int = 2) -> Decimal:
 
 def gpu_hours_to_decimal(tenths: int) -> Decimal:
     return Decimal(tenths).scaleb(-1)
+
+
+def allocate_split(
+    pairs: Sequence[tuple[int, int]], unit: int, *, totals: tuple[int, int]
+) -> list[tuple[int, int]]:
+    """Round (on-demand, spot) pairs to whole units, the rows in a stable order (it breaks ties).
+
+    ``totals`` are the shown column totals (each the floor or ceiling of its column's exact
+    sum, their sum the floor or ceiling of the whole). Every shown figure, each half of a pair
+    and each pair's sum alike, is the floor or ceiling of its exact value, the columns add up to
+    ``totals``, and rows with the same exact sum get the same shown sum unless the totals leave
+    fewer units than such rows (then they differ by one unit, the earlier rows getting it).
+
+    How: a row's floor parts are its start; the units left over go, a row's sum first, to the
+    largest remainders of the sums (as ``allocate`` does, ties to the earlier row), skipping only
+    a row whose extra unit no column total has room for; then the rows whose one extra unit may
+    fall in either column give it to the column where its remainder is larger, as far as each
+    column's total allows. Such a choice always exists (the rounded table is an integer point
+    of a polytope that the exact table lies in), and the skipping is decided by counting.
+    """
+    rows = []
+    for first, second in pairs:
+        f1, r1 = divmod(first, unit)
+        f2, r2 = divmod(second, unit)
+        rows.append((f1, r1, f2, r2))
+    left_first = totals[0] - sum(row[0] for row in rows)
+    left_second = totals[1] - sum(row[2] for row in rows)
+    # Kinds of row by the units their sum may get beyond the floors: a FIRST or SECOND row one
+    # unit in that column or none; a FREE row none or one in either column; an EVEN row (the
+    # remainders make exactly a unit) one in either; a FULL row one in either, or one in each.
+    kinds, fractions = [], []
+    for _, r1, _, r2 in rows:
+        if r1 and r2:
+            kind = "free" if r1 + r2 < unit else "even" if r1 + r2 == unit else "full"
+        else:
+            kind = "first" if r1 else "second" if r2 else "none"
+        kinds.append(kind)
+        fractions.append((r1 + r2) % unit)
+    given = [[0, 0] for _ in rows]
+    base = sum(kind in ("even", "full") for kind in kinds)
+    wanted = left_first + left_second - base
+    order = sorted(
+        (i for i, kind in enumerate(kinds) if kind in ("first", "second", "free", "full")),
+        key=lambda i: (-fractions[i], i),
+    )
+    remaining = {kind: 0 for kind in ("first", "second", "free", "full")}
+    for i in order:
+        remaining[kinds[i]] += 1
+    room = [left_first, left_second]
+
+    def reachable() -> int:
+        """The most rows still to come that can take their extra unit within the room left."""
+        most, top = 0, min(remaining["full"], *room)
+        for full in {0, top, room[0] - remaining["first"], room[1] - remaining["second"]}:
+            full = min(max(full, 0), top)
+            taken = (
+                full
+                + min(remaining["first"], room[0] - full)
+                + min(remaining["second"], room[1] - full)
+            )
+            most = max(most, taken)
+        return most + remaining["free"]
+
+    if min(room) < 0 or not 0 <= wanted <= reachable():
+        raise ValueError(f"cannot allocate {totals} units over {list(pairs)} (unit {unit})")
+    flexible = [i for i, kind in enumerate(kinds) if kind == "even"]
+    for i in order:
+        kind = kinds[i]
+        remaining[kind] -= 1
+        if not wanted:
+            if kind == "full":
+                flexible.append(i)
+            continue
+        uses = {"first": (1, 0), "second": (0, 1), "free": (0, 0), "full": (1, 1)}[kind]
+        room[0] -= uses[0]
+        room[1] -= uses[1]
+        if min(room) >= 0 and reachable() >= wanted - 1:
+            wanted -= 1
+            given[i] = list(uses)
+            if kind == "free":
+                flexible.append(i)
+        else:
+            room[0] += uses[0]
+            room[1] += uses[1]
+            if kind == "full":
+                flexible.append(i)
+    # The rows with one unit for either column: to the column of the larger remainder first.
+    flexible.sort(key=lambda i: (rows[i][3] - rows[i][1], i))
+    to_first = room[0]
+    if wanted or not 0 <= to_first <= len(flexible) or sum(room) != len(flexible):
+        raise ValueError(f"cannot allocate {totals} units over {list(pairs)} (unit {unit})")
+    for n, i in enumerate(flexible):
+        given[i][0 if n < to_first else 1] += 1
+    return [(f1 + up[0], f2 + up[1]) for (f1, _, f2, _), up in zip(rows, given, strict=True)]

@@ -5,9 +5,11 @@ type, GPU model or market), a granularity (day, week from Monday, month) and opt
 Its lines are (period, group) pairs with the spend split on-demand / spot, the savings (what
 the same seconds would have cost on-demand at the list price, less what they cost) and the
 GPU-hours. Figures are rounded once: the total spend first (so it is the figure a budget shows),
-shared between on-demand and spot, and each other column's total; then the groups share each
-column by largest remainder, then each group's periods share the group's figure; so every shown
-line adds up to its group and every group to the total.
+shared between on-demand and spot, and each other column's total; then the groups share the
+total and each group's periods share the group's figures. On-demand and spot are shared together
+(money.allocate_split), so every shown spend and each of its halves lies between the floor and
+ceiling of its exact value and equal exact spends show equal amounts (or a cent apart when the
+cents left over run out); every shown line adds up to its group and every group to the total.
 """
 
 from __future__ import annotations
@@ -23,11 +25,13 @@ from django.db.models import F, Q, Sum
 from django.db.models.functions import TruncMonth, TruncWeek
 
 from audit.csv_stream import csv_lines
-from billing.models import DailyRollup
+from billing.models import DailyRollup, MeterState
 from billing.money import (
     GPU_SECONDS_PER_TENTH_HOUR,
     RS_PER_CENT,
+    SECONDS_PER_HOUR,
     allocate,
+    allocate_split,
     cents_to_decimal,
     gpu_hours_to_decimal,
     round_half_up,
@@ -79,6 +83,7 @@ class Figures:
     spot_cents: int = 0
     savings_cents: int = 0
     gpu_tenths: int = 0
+    exact: Exact = field(default_factory=lambda: Exact())
 
     @property
     def cost(self) -> Decimal:
@@ -171,17 +176,45 @@ class Report:
 
 
 @dataclass
-class _Exact:
+class Exact:
+    """The exact sums behind shown figures: rate-seconds (µ$/h x s) and GPU-seconds."""
+
     on_demand: int = 0
     spot: int = 0
     savings: int = 0
     gpu_seconds: int = 0
 
-    def add(self, other: _Exact) -> None:
+    def add(self, other: Exact) -> None:
         self.on_demand += other.on_demand
         self.spot += other.spot
         self.savings += other.savings
         self.gpu_seconds += other.gpu_seconds
+
+    @property
+    def cost(self) -> int:
+        return self.on_demand + self.spot
+
+    def micros(self) -> dict[str, int]:
+        """Each amount in whole micro-dollars (rate-seconds rounded half up to $0.000001)."""
+        on_demand = round_half_up(self.on_demand, SECONDS_PER_HOUR)
+        spot = round_half_up(self.spot, SECONDS_PER_HOUR)
+        savings = round_half_up(self.savings, SECONDS_PER_HOUR)
+        # Each sum rounded once from its exact rate-seconds, not added from rounded parts.
+        cost = round_half_up(self.cost, SECONDS_PER_HOUR)
+        return {
+            "cost": cost,
+            "on_demand": on_demand,
+            "spot": spot,
+            "savings": savings,
+            "on_demand_equivalent": round_half_up(self.cost + self.savings, SECONDS_PER_HOUR),
+        }
+
+
+def _summed(parts) -> Exact:
+    total = Exact()
+    for part in parts:
+        total.add(part)
+    return total
 
 
 def period_start(day: date, granularity: str) -> date:
@@ -233,6 +266,17 @@ def _labels(group_by: str, keys) -> dict:
     return {key: key for key in keys}
 
 
+def last_metered_at() -> datetime | None:
+    """When the last metering pass began ("metered 3 minutes ago"): the newest of the checkpoints
+    MeterState keeps, one row read by its key (not a scan of every host's MeterMark)."""
+    checkpoints = (
+        MeterState.objects.filter(id=1).values_list("checkpoints", flat=True).first() or []
+    )
+    if not checkpoints:
+        return None
+    return max(datetime.fromisoformat(when) for when, _ in checkpoints)
+
+
 def cost_report(*, viewer, query: ReportQuery) -> Report:
     """The report a viewer may see: one aggregate query over the rollups, then rounding."""
     trunc = {"day": F("day"), "week": TruncWeek("day"), "month": TruncMonth("day")}
@@ -248,75 +292,77 @@ def cost_report(*, viewer, query: ReportQuery) -> Report:
         )
         .order_by()
     )
-    exact: dict[str, dict[date, _Exact]] = defaultdict(dict)
+    exact: dict[str, dict[date, Exact]] = defaultdict(dict)
     for row in rows:
         period = row["period"]
         if isinstance(period, datetime):
             period = period.date()
         cost = int(row["cost"] or 0)
-        exact[row["key"]].setdefault(period, _Exact()).add(
-            _Exact(
+        exact[row["key"]].setdefault(period, Exact()).add(
+            Exact(
                 on_demand=int(row["on_demand"] or 0),
                 spot=int(row["spot"] or 0),
                 savings=int(row["list_cost"] or 0) - cost,
                 gpu_seconds=int(row["gpu_seconds"] or 0),
             )
         )
-    labels = _labels(query.group_by, exact)
-    keys = sorted(exact, key=lambda key: str(labels.get(key, key)))
-    group_exact = []
-    for key in keys:
-        total = _Exact()
-        for figures in exact[key].values():
-            total.add(figures)
-        group_exact.append(total)
+    return report_round(query, exact, _labels(query.group_by, exact))
 
-    columns = (
-        ("on_demand", RS_PER_CENT),
-        ("spot", RS_PER_CENT),
-        ("savings", RS_PER_CENT),
-        ("gpu_seconds", GPU_SECONDS_PER_TENTH_HOUR),
+
+def total_figures(exact: Exact) -> Figures:
+    """The total, each column rounded once (half up); the spend first, as a budget shows it,
+    then shared between on-demand and spot."""
+    spend = round_half_up(exact.cost, RS_PER_CENT)
+    on_demand, spot = allocate([exact.on_demand, exact.spot], RS_PER_CENT, total_units=spend)
+    return Figures(
+        on_demand_cents=on_demand,
+        spot_cents=spot,
+        savings_cents=round_half_up(exact.savings, RS_PER_CENT),
+        gpu_tenths=round_half_up(exact.gpu_seconds, GPU_SECONDS_PER_TENTH_HOUR),
+        exact=exact,
     )
-    names = ("on_demand_cents", "spot_cents", "savings_cents", "gpu_tenths")
-    # The total spend is rounded once, as a budget's spend is, and then shared between the
-    # on-demand and spot columns; every other column total is its own sum rounded once.
-    exact_totals = {column: sum(getattr(g, column) for g in group_exact) for column, _ in columns}
-    spend = round_half_up(exact_totals["on_demand"] + exact_totals["spot"], RS_PER_CENT)
-    on_demand_cents, spot_cents = allocate(
-        [exact_totals["on_demand"], exact_totals["spot"]], RS_PER_CENT, total_units=spend
+
+
+def figures_share(parts: list[Exact], whole: Figures) -> list[Figures]:
+    """Round the parts (in a stable order, which breaks ties) so that they add up to the whole's
+    shown figures, column by column. On-demand and spot are shared together (money.allocate_split),
+    so each part's spend and each of its two halves lies between the floor and ceiling of its
+    exact value, and equal exact spends get equal shown spends unless the whole leaves fewer
+    cents than such parts; savings and GPU-hours by largest remainder (money.allocate)."""
+    split = allocate_split(
+        [(p.on_demand, p.spot) for p in parts],
+        RS_PER_CENT,
+        totals=(whole.on_demand_cents, whole.spot_cents),
     )
-    targets = {"on_demand_cents": on_demand_cents, "spot_cents": spot_cents}
-    total = Figures()
-    group_units: dict[str, list[int]] = {}
-    for (column, unit), name in zip(columns, names, strict=True):
-        values = [getattr(g, column) for g in group_exact]
-        units = allocate(values, unit, total_units=targets.get(name)) if values else []
-        group_units[name] = units
-        setattr(total, name, sum(units))
+    savings = allocate([p.savings for p in parts], RS_PER_CENT, total_units=whole.savings_cents)
+    gpu = allocate(
+        [p.gpu_seconds for p in parts], GPU_SECONDS_PER_TENTH_HOUR, total_units=whole.gpu_tenths
+    )
+    return [
+        Figures(on_demand_cents=o, spot_cents=s, savings_cents=v, gpu_tenths=g, exact=p)
+        for p, (o, s), v, g in zip(parts, split, savings, gpu, strict=True)
+    ]
+
+
+def report_round(query: ReportQuery, exact: dict, labels: dict) -> Report:
+    """The report from exact sums per group key and period: the total is rounded once, the
+    groups share it, and each group's periods share the group's figures, so every shown line
+    adds up to its group and every group to the total, in every column."""
+    # The stable order that breaks ties: by label (slug, username, type name, value).
+    keys = sorted(exact, key=lambda key: (str(labels.get(key, key)), str(key)))
+    total = total_figures(_summed(_summed(exact[key].values()) for key in keys))
+    shared = figures_share([_summed(exact[key].values()) for key in keys], total)
     groups = []
-    for index, key in enumerate(keys):
-        figures = Figures(**{name: group_units[name][index] for name in names})
+    for key, figures in zip(keys, shared, strict=True):
         periods = sorted(exact[key])
-        # Each group's shown figure is shared among its periods, so its lines add up to it.
-        line_units = {
-            name: allocate(
-                [getattr(exact[key][p], column) for p in periods],
-                unit,
-                total_units=getattr(figures, name),
-            )
-            for (column, unit), name in zip(columns, names, strict=True)
-        }
         label = str(labels.get(key, key))
         # The key callers filter by: a slug, username or type name; the value for GPU and market.
         public = str(key) if query.group_by in ("market", "gpu_model") else label
         lines = [
-            Line(
-                period=period,
-                key=public,
-                label=label,
-                figures=Figures(**{name: line_units[name][i] for name in names}),
+            Line(period=period, key=public, label=label, figures=line)
+            for period, line in zip(
+                periods, figures_share([exact[key][p] for p in periods], figures), strict=True
             )
-            for i, period in enumerate(periods)
         ]
         groups.append(Group(key=public, label=label, figures=figures, lines=lines))
     spend = total.on_demand_cents + total.spot_cents
@@ -330,9 +376,13 @@ def cost_report(*, viewer, query: ReportQuery) -> Report:
     for group in groups:
         for line in group.lines:
             sums = by_period.setdefault(line.period, Figures())
-            for name in names:
+            for name in _SHOWN:
                 setattr(sums, name, getattr(sums, name) + getattr(line.figures, name))
+            sums.exact.add(line.figures.exact)
     return Report(query=query, total=total, groups=groups, periods=sorted(by_period.items()))
+
+
+_SHOWN = ("on_demand_cents", "spot_cents", "savings_cents", "gpu_tenths")
 
 
 CSV_HEADER = [

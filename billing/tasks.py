@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from billing.services import budgets_check, rollups_refresh, spot_prices_refresh, usage_meter
+from billing.budgets import budgets_check
+from billing.metering import usage_meter
+from billing.prices import spot_prices_refresh
+from billing.rollups import rollups_refresh
 from instances.providers.base import ProviderTransientError
 
 

@@ -13,13 +13,13 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from audit.csv_stream import csv_lines
 from billing.api import streamed_csv
-from billing.budgets import budget_statuses
+from billing.budgets import budget_set, budget_statuses
+from billing.cur import cur_import, cur_import_s3
 from billing.forms import BudgetForm, CurUploadForm, ReportForm, presets
-from billing.models import Budget, BudgetAlert, CurImport, CurResult, MeterMark
+from billing.models import Budget, BudgetAlert, CurImport, CurResult
 from billing.money import dollars
-from billing.reports import GRANULARITIES, GROUPS, cost_report
+from billing.reports import GRANULARITIES, GROUPS, cost_report, last_metered_at
 from billing.rules import rates_in_words, rules_in_words
-from billing.services import budget_set, cur_import, cur_import_s3
 from instances.models import InstanceType, Market
 from portal.models import Membership, Project
 from portal.pages import forbidden, form_errors, service_errors
@@ -79,9 +79,7 @@ def costs(request: HttpRequest) -> HttpResponse:
         budgets=budget_statuses(scope),
         csv_query=params.urlencode(),
         group_label=GROUPS[query.group_by],
-        metered_at=MeterMark.objects.order_by("-metered_at")
-        .values_list("metered_at", flat=True)
-        .first(),
+        metered_at=last_metered_at(),
     )
     return render(request, "billing/costs.html", context)
 

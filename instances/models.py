@@ -168,14 +168,19 @@ class Order(models.Model):
         PLACED = "placed", "Placed"
         REJECTED = "rejected", "Rejected"
         EXPIRED = "expired", "Expired"
+        CANCELLED = "cancelled", "Cancelled"
 
-    # Orders that need no approval are placed at once; the others wait for a decision.
+    # Orders that need no approval are placed at once; the others wait for a decision (or are
+    # cancelled by their requester or a manager while they wait).
     ALLOWED: dict[str, frozenset[str]] = {
-        Status.PENDING_APPROVAL: frozenset({Status.APPROVED, Status.REJECTED, Status.EXPIRED}),
+        Status.PENDING_APPROVAL: frozenset(
+            {Status.APPROVED, Status.REJECTED, Status.EXPIRED, Status.CANCELLED}
+        ),
         Status.APPROVED: frozenset(),
         Status.PLACED: frozenset(),
         Status.REJECTED: frozenset(),
         Status.EXPIRED: frozenset(),
+        Status.CANCELLED: frozenset(),
     }
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -288,6 +293,9 @@ class Instance(models.Model):
     private_ip = models.GenericIPAddressField(null=True, blank=True)
     launched_at = models.DateTimeField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # Hours added to the order's lease by extensions: the lease runs order.lease_hours plus
+    # these from the time the host first ran.
+    lease_extended_hours = models.PositiveIntegerField(default=0)
     last_seen_at = models.DateTimeField(
         null=True, blank=True, help_text="Last time the cloud reported this host alive"
     )
@@ -314,6 +322,8 @@ class Instance(models.Model):
             Status.INTERRUPTED,
         }
     )
+    # Hosts whose lease is counting down and may be extended (the lease expiry acts on them).
+    LEASED = frozenset({Status.RUNNING, Status.STOPPING, Status.STOPPED, Status.STARTING})
     MOVING = frozenset({Status.PROVISIONING, Status.STOPPING, Status.STARTING, Status.TERMINATING})
     # The legal moves (DESIGN rule 3). Every launched status may also end in `terminated` when
     # the cloud says the host is gone (the reconciler's ghosts); a stop or start the cloud
@@ -345,6 +355,10 @@ class Instance(models.Model):
     @property
     def is_live(self) -> bool:
         return self.status in self.LIVE
+
+    @property
+    def lease_hours_total(self) -> int:
+        return self.order.lease_hours + self.lease_extended_hours
 
     @property
     def ssh_command(self) -> str | None:
@@ -438,6 +452,28 @@ class InstanceEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.instance_id}: {self.old_status or '∅'} → {self.new_status} at {self.at}"
+
+
+class LeaseNotice(models.Model):
+    """A lease warning sent to a host's owner: one row per host, lease end and warning, written
+    in the transaction that sends the notice, so beat passes, retries and restarted workers send
+    each warning once. An extension moves the lease end, and re-arms the warnings."""
+
+    instance = models.ForeignKey(Instance, on_delete=models.CASCADE, related_name="lease_notices")
+    lease_expires_at = models.DateTimeField()
+    hours_before = models.PositiveSmallIntegerField()
+    sent_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["instance", "lease_expires_at", "hours_before"],
+                name="leasenotice_once",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.instance_id}: {self.hours_before} h before {self.lease_expires_at}"
 
 
 class SimulatedHost(models.Model):

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from django.db.models import Count, F, Sum
+from django.conf import settings
+from django.db.models import Count, F, Q, Sum
 
 from instances.models import Instance, InstanceType
 from portal.errors import Conflict
@@ -58,9 +59,29 @@ def _who(quota: Quota) -> str:
     return quota.project.slug
 
 
+def longest_lease(*, project: Project, user: User) -> tuple[int, str]:
+    """The longest lease, in hours from launch, a host of ``user`` in ``project`` may have, and
+    whose limit that is: PORTAL_LEASE_MAX_HOURS, or a shorter max lease of the project's quota
+    or of the user's own quota in it."""
+    hours, whose = settings.PORTAL_LEASE_MAX_HOURS, "the portal's longest lease"
+    quotas = (
+        Quota.objects.filter(project=project, max_lease_hours__isnull=False)
+        .filter(Q(user__isnull=True) | Q(user=user))
+        .select_related("user", "project")
+    )
+    for quota in quotas:
+        if quota.max_lease_hours < hours:
+            hours, whose = quota.max_lease_hours, f"the quota of {_who(quota)}"
+    return hours, whose
+
+
 def quota_check(request) -> None:
     """An ORDER_ADMISSION_CHECKS entry: refuse an order that would break a quota, saying which
     quota, its limit, what is in use and what the order asks for."""
+    if request.extends is not None:
+        # A lease extension adds no host: the host already counts, and its lease limit is
+        # checked against longest_lease() by the extension itself.
+        return
     quotas = Quota.objects.filter(project=request.project).select_related("user", "project")
     asks_gpus = request.count * request.instance_type.gpu_count
     model = request.instance_type.gpu_model

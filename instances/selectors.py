@@ -23,3 +23,36 @@ def orders_to_decide(user) -> QuerySet:
 def instance_load(instance_id) -> Instance:
     """One host with what its pages and its worker read (Instance.objects.with_detail())."""
     return Instance.objects.with_detail().get(pk=instance_id)
+
+
+def held_orders(user, *, mine: bool = True) -> list[dict]:
+    """Orders waiting for approval that this person may see (``mine``: that they placed), the
+    oldest first, each with who may decide it and whether this person may cancel it. One query
+    for the orders and one per project for its deciders."""
+    rows = (
+        Order.objects.for_user(user)
+        .filter(status=Order.Status.PENDING_APPROVAL)
+        .select_related("project", "instance_type", "requester")
+        .order_by("created_at")
+        .distinct()
+    )
+    if mine:
+        rows = rows.filter(requester=user)
+    deciders: dict[int, list[str]] = {}
+    managed = permissions.managed_project_ids(user)
+    held = []
+    for order in rows[:100]:
+        if order.project_id not in deciders:
+            deciders[order.project_id] = sorted(
+                permissions.approvers_of(order.project).values_list("username", flat=True)
+            )
+        held.append(
+            {
+                "o": order,
+                "deciders": [
+                    name for name in deciders[order.project_id] if name != order.requester.username
+                ],
+                "can_cancel": permissions.can_cancel_order(user, order, managed),
+            }
+        )
+    return held

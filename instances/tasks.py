@@ -137,5 +137,10 @@ def expire_leases() -> int:
 
 
 @shared_task
+def warn_leases() -> int:
+    return len(services.leases_warn())
+
+
+@shared_task
 def expire_orders() -> int:
     return len(services.orders_expire())

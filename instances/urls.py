@@ -18,5 +18,7 @@ urlpatterns = [
     path("hosts/rows/", views.hosts_rows_partial, name="host-rows"),
     path("hosts/<uuid:pk>/", views.host_page, name="host"),
     path("hosts/<uuid:pk>/panel/", views.host_panel_partial, name="host-panel"),
+    path("hosts/<uuid:pk>/extend/", views.host_extend, name="host-extend"),
     path("hosts/<uuid:pk>/<str:verb>/", views.host_action, name="host-action"),
+    path("orders/<uuid:pk>/cancel/", views.held_order_cancel, name="held-order-cancel"),
 ]

@@ -9,6 +9,7 @@ from datetime import timedelta
 from django import forms
 from django.conf import settings
 from django.contrib import messages
+from django.core.exceptions import ValidationError
 from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -28,7 +29,7 @@ from instances.models import (
     Market,
     Order,
 )
-from instances.selectors import orders_to_decide
+from instances.selectors import held_orders, orders_to_decide
 from instances.usage import cost_so_far, running_seconds
 from portal import permissions
 from portal.models import Project
@@ -259,9 +260,11 @@ def _host_rows(request: HttpRequest) -> dict:
 
 def hosts_page(request: HttpRequest) -> HttpResponse:
     """My hosts: live status, running time, cost so far, connect, stop/start/terminate."""
+    scope = request.GET.get("scope", "mine")
     context = {
         **_host_rows(request),
-        "scope": request.GET.get("scope", "mine"),
+        "held": held_orders(request.user, mine=scope == "mine"),
+        "scope": scope,
         "ended": request.GET.get("ended") == "1",
         "order_id": request.GET.get("order", ""),
     }
@@ -290,6 +293,7 @@ def _host_context(request: HttpRequest, instance: Instance) -> dict:
         "ssh": instance.ssh_command,
         "can_act": permissions.can_act_on_host(request.user, instance),
         "moving": instance.status in Instance.MOVING or instance.status == "requested",
+        "extendable": instance.status in Instance.LEASED and instance.lease_expires_at,
     }
 
 
@@ -327,6 +331,52 @@ def host_action(request: HttpRequest, pk, verb: str) -> HttpResponse:
     if not target:
         messages.success(request, f"{verb.capitalize()} requested for {instance.instance_type}.")
     return redirect(_host_back(request, pk=pk))
+
+
+class ExtendForm(forms.Form):
+    hours = forms.IntegerField(min_value=1)
+
+
+@require_POST
+@service_errors(back=_host_back)
+def host_extend(request: HttpRequest, pk) -> HttpResponse:
+    """Extend a host's lease by some hours (the lease limit and the budget may refuse)."""
+    instance = _visible_instance(request, pk)
+    form = ExtendForm(request.POST)
+    if not form.is_valid():
+        # Who may act is answered before what was sent (as the API does).
+        if not permissions.can_act_on_host(request.user, instance):
+            return forbidden(request, "You can see this host but not extend its lease.")
+        raise ValidationError("Say by how many hours, a whole number of at least 1.")
+    row = services.instance_extend_lease(
+        instance=instance, user=request.user, hours=form.cleaned_data["hours"]
+    )
+    if request.headers.get("HX-Target", "") == "host-panel":
+        return host_panel_partial(request, pk)
+    messages.success(
+        request,
+        f"Lease extended by {form.cleaned_data['hours']} h: it now ends "
+        f"{row.lease_expires_at:%b} {row.lease_expires_at.day}, "
+        f"{row.lease_expires_at:%H:%M} UTC.",
+    )
+    return redirect(_host_back(request, pk=pk))
+
+
+@require_POST
+@service_errors(back="hosts")
+def held_order_cancel(request: HttpRequest, pk) -> HttpResponse:
+    """Cancel an order that waits for approval (its requester, a manager, an admin)."""
+    order = get_object_or_404(Order.objects.for_user(request.user).distinct(), pk=pk)
+    services.order_cancel(order=order, user=request.user, reason=request.POST.get("reason", ""))
+    messages.success(
+        request,
+        f"Cancelled the order for {order.count}× {order.instance_type.name} in "
+        f"{order.project.slug}; nothing was launched.",
+    )
+    back = request.POST.get("next", "")
+    if url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
+        return redirect(back)
+    return redirect("hosts")
 
 
 # --- approvals -----------------------------------------------------------------------------------

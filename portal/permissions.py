@@ -12,7 +12,8 @@ The rules, in words:
   it orders nothing, acts on no host and decides no order.
 - A researcher sees the projects they belong to; orders in them; acts on their own hosts, and
   on every host of a project they manage; a manager also decides the project's held orders
-  (never their own) and sets its approval policy.
+  (never their own) and sets its approval policy. A held order may be cancelled by its
+  requester and by those who may decide it.
 
 ``portal`` sits below ``instances`` and ``billing``: the functions that take a host or an order
 read only plain attributes of it (``owner_id``, ``project_id``, ``requester_id``).
@@ -202,6 +203,17 @@ def can_decide(user, order) -> bool:
     if not can_order(user) or order.requester_id == user.pk:
         return False
     return is_admin(user) or order.project_id in managed_project_ids(user)
+
+
+def can_cancel_order(user, order, managed: set[int] | None = None) -> bool:
+    """The requester withdraws their own held order; the project's managers and admins may
+    cancel anyone's. Finance cancels nothing. Pass ``managed`` when checking many orders."""
+    if not can_order(user):
+        return False
+    if is_admin(user) or order.requester_id == user.pk:
+        return True
+    managed = managed_project_ids(user) if managed is None else managed
+    return order.project_id in managed
 
 
 # --- money ----------------------------------------------------------------------------------

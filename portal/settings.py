@@ -349,6 +349,10 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": env_int("PORTAL_RECONCILE_SECONDS", 30),
     },
     "expire-leases": {"task": "instances.tasks.expire_leases", "schedule": 60},
+    "warn-leases": {
+        "task": "instances.tasks.warn_leases",
+        "schedule": env_int("PORTAL_LEASE_WARN_SECONDS", 60),
+    },
     "expire-orders": {"task": "instances.tasks.expire_orders", "schedule": 3600},
     "refresh-spot-prices": {
         "task": "billing.tasks.refresh_spot_prices",
@@ -396,6 +400,17 @@ PORTAL_EC2_ROOT_VOLUME_GB = env_int("PORTAL_EC2_ROOT_VOLUME_GB", 200)
 # Orders.
 PORTAL_LEASE_DEFAULT_HOURS = env_int("PORTAL_LEASE_DEFAULT_HOURS", 24)
 PORTAL_LEASE_MAX_HOURS = env_int("PORTAL_LEASE_MAX_HOURS", 168)
+# How many hours before a lease ends its owner is warned (a notice and an email, once each).
+try:
+    PORTAL_LEASE_NOTICE_HOURS = sorted(
+        {int(value) for value in env_list("PORTAL_LEASE_NOTICE_HOURS", "24,1")}, reverse=True
+    )
+except ValueError:
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(
+        "PORTAL_LEASE_NOTICE_HOURS must be whole hours separated by commas, e.g. 24,1."
+    ) from None
 PORTAL_ORDER_MAX_COUNT = env_int("PORTAL_ORDER_MAX_COUNT", 8)
 # Checks order_submit runs under the project lock, in order (quota, budget, ...); each is a
 # callable(order_request) that raises to refuse.
@@ -535,6 +550,12 @@ CELERY_BEAT_SCHEDULE.update(
         },
     }
 )
+# Run by the catalog's writers (sync, the admin) after a type's list price is set, with the type:
+# billing keeps the price history. callable(*, instance_type).
+INSTANCE_PRICE_HOOKS: list[str] = ["billing.prices.list_price_record"]
+# What a host has cost so far (host pages, the instances API): billing's metering, so that the
+# live figure is the bill. callable(instances, *, now) -> {instance pk: Decimal dollars}.
+PORTAL_INSTANCE_COST = "billing.metering.costs_so_far"
 # --- end of billing settings -----------------------------------------------------------------
 
 # --- Operations (issue 14): metrics, structured logs, health ---------------------------------

@@ -76,7 +76,7 @@ class World:
 @pytest.fixture
 def world(running_host, place_order, alice, bob, carol, ada, fin, projects, catalog):
     from audit.models import AuditEvent
-    from billing.services import budget_set
+    from billing.budgets import budget_set
     from instances.models import Image, InstanceType
     from portal.models import ApiToken
     from portal.services import approval_policy_set, quota_set, token_issue

@@ -205,6 +205,7 @@ class InstanceSerializer(serializers.ModelSerializer):
             "private_ip",
             "launched_at",
             "lease_expires_at",
+            "lease_extended_hours",
             "created_at",
             "ssh_command",
             "running_seconds",
@@ -302,6 +303,13 @@ class OrderSerializer(serializers.ModelSerializer):
 
 class DecisionSerializer(StrictSerializer):
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=500)
+
+
+class ExtendSerializer(StrictSerializer):
+    """A lease extension: up to the project's longest lease from launch, if the budget admits
+    the extra hours (409 otherwise, naming the limit)."""
+
+    hours = serializers.IntegerField(min_value=1, help_text="Hours to add to the lease")
 
 
 class RejectionSerializer(StrictSerializer):

@@ -16,6 +16,7 @@ from instances.api.serializers import (
     DecisionSerializer,
     EstimateQuerySerializer,
     EstimateSerializer,
+    ExtendSerializer,
     ImageSerializer,
     InstanceDetailSerializer,
     InstanceSerializer,
@@ -30,6 +31,8 @@ from instances.models import (
     InstanceType,
     Order,
 )
+from portal import permissions
+from portal.errors import Forbidden
 from portal.rest import NUL_MESSAGE, has_nul
 
 
@@ -141,6 +144,21 @@ class OrderViewSet(
         order = services.order_reject(order=order, user=request.user, reason=reason)
         return Response(OrderSerializer(self.get_queryset().get(pk=order.pk)).data)
 
+    @extend_schema(request=DecisionSerializer, responses=OrderSerializer)
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        """Cancel an order waiting for approval (its requester, a manager of the project or an
+        admin); an order already decided answers 409."""
+        order = self.get_object()
+        if not permissions.can_cancel_order(request.user, order):
+            raise Forbidden("Only the requester, a manager of the project or an admin cancels it.")
+        body = DecisionSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        order = services.order_cancel(
+            order=order, user=request.user, reason=body.validated_data["reason"]
+        )
+        return Response(OrderSerializer(self.get_queryset().get(pk=order.pk)).data)
+
     @extend_schema(parameters=[EstimateQuerySerializer], responses=EstimateSerializer)
     @action(detail=False, methods=["get"])
     def estimate(self, request):
@@ -152,7 +170,7 @@ class OrderViewSet(
 
 
 class InstanceViewSet(viewsets.ReadOnlyModelViewSet):
-    """Hosts of the caller's projects, with stop, start and terminate."""
+    """Hosts of the caller's projects, with stop, start, terminate and lease extension."""
 
     filterset_class = InstanceFilter
 
@@ -189,3 +207,20 @@ class InstanceViewSet(viewsets.ReadOnlyModelViewSet):
     @action(detail=True, methods=["post"])
     def terminate(self, request, pk=None):
         return self._act(request, "terminate")
+
+    @extend_schema(request=ExtendSerializer, responses={200: InstanceSerializer})
+    @action(detail=True, methods=["post"])
+    def extend(self, request, pk=None):
+        """Add hours to the host's lease: up to the project's longest lease counted from launch,
+        and only if the budget check admits the extra hours as it would an order; otherwise
+        409 (``lease_limit`` or ``budget_exceeded``) saying which limit."""
+        instance = self.get_object()
+        if not permissions.can_act_on_host(request.user, instance):
+            raise Forbidden("You can see this host but not extend its lease; ask its owner.")
+        body = ExtendSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        services.instance_extend_lease(
+            instance=instance, user=request.user, hours=body.validated_data["hours"]
+        )
+        fresh = self.get_queryset().get(pk=instance.pk)
+        return Response(InstanceSerializer(fresh, context=self.get_serializer_context()).data)

@@ -3,12 +3,12 @@ one module per concern:
 
 - catalog: instance types and images from the cloud, spot prices seen
 - orders: estimate, validate, admit and place an order; the hosts it creates
-- approvals: approve, reject, expire held orders
+- approvals: approve, reject, cancel, expire held orders
 - transitions: the order and host state machines (the only writers of status)
 - actions: what users ask of a host (stop, start, terminate)
 - cloud: the worker side, talking to the cloud and recording what it said
 - reconcile: the loop that repairs lost and doubled work
-- leases: hosts whose lease ended
+- leases: warnings before a lease ends, extensions, hosts whose lease ended
 - queue: sending tasks once a transaction commits
 
 Reads live in instances/selectors.py; who may do what in portal/permissions.py.
@@ -24,6 +24,7 @@ from instances.services.actions import (
 )
 from instances.services.approvals import (
     order_approve,
+    order_cancel,
     order_reject,
     order_require_decider,
     orders_expire,
@@ -50,8 +51,11 @@ from instances.services.cloud import (
     launch_request,
 )
 from instances.services.leases import (
+    LeaseLimitExceeded,
+    instance_extend_lease,
     instance_system_stop,
     leases_expire,
+    leases_warn,
 )
 from instances.services.orders import (
     Estimate,
@@ -91,6 +95,7 @@ __all__ = [
     "REENQUEUED",
     "Estimate",
     "IllegalTransition",
+    "LeaseLimitExceeded",
     "OrderRequest",
     "ReconcileReport",
     "SyncReport",
@@ -105,6 +110,7 @@ __all__ = [
     "instance_action_refused",
     "instance_apply_cloud",
     "instance_cloud_action",
+    "instance_extend_lease",
     "instance_fail",
     "instance_note",
     "instance_provision",
@@ -123,8 +129,10 @@ __all__ = [
     "launch_order_key",
     "launch_request",
     "leases_expire",
+    "leases_warn",
     "order_admit",
     "order_approve",
+    "order_cancel",
     "order_estimate",
     "order_instances_create",
     "order_quoted_estimate",

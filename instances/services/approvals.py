@@ -1,4 +1,4 @@
-"""Deciding held orders: approve (the admission checks run again), reject, expire."""
+"""Deciding held orders: approve (the admission checks run again), reject, cancel, expire."""
 
 from __future__ import annotations
 
@@ -92,6 +92,36 @@ def order_reject(*, order: Order, user: User, reason: str) -> Order:
             body=f"{user.username} rejected your order: {reason}",
             link="/catalog/",
         )
+    order.refresh_from_db()
+    return order
+
+
+def order_cancel(*, order: Order, user: User, reason: str = "") -> Order:
+    """Withdraw an order that waits for approval: its requester, or anyone who may decide it.
+    Who may is answered first (403), then whether it still waits (409: a decided order keeps
+    its decision). The requester hears of it when someone else cancelled."""
+    if not permissions.can_cancel_order(user, order):
+        raise Forbidden("Only the requester, a manager of the project or an admin cancels it.")
+    reason = (reason or "").strip()
+    with transaction.atomic():
+        order = _lock_undecided(order)
+        said = reason or f"cancelled by {user.username}"
+        order, _ = order_transition(
+            order=order, to=Order.Status.CANCELLED, reason=said, actor=actor_of(user)
+        )
+        Order.objects.filter(pk=order.pk).update(
+            decided_by=user, decided_at=timezone.now(), decision_reason=reason[:500]
+        )
+        if user.pk != order.requester_id:
+            notice_send(
+                user=order.requester,
+                subject=f"Cancelled: {order.count}× {order.instance_type.name} for "
+                f"{order.project.slug}",
+                body=f"{user.username} cancelled your order while it waited for approval"
+                + (f": {reason}" if reason else ".")
+                + " Nothing was launched.",
+                link="/catalog/",
+            )
     order.refresh_from_db()
     return order
 

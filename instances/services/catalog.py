@@ -10,6 +10,7 @@ from decimal import Decimal
 from django.db import transaction
 
 from instances.catalog import ListPrice, gpu_reference
+from instances.hooks import price_changed
 from instances.models import (
     Image,
     InstanceType,
@@ -94,6 +95,7 @@ def instance_type_sync(
             row = InstanceType(provider=provider, name=spec.name, **values)
             row.full_clean()
             row.save()
+            price_changed(row)
             report.created.append(spec.name)
             continue
         if provider == InstanceType.Provider.EC2:
@@ -107,6 +109,8 @@ def instance_type_sync(
             setattr(row, name, values[name])
         row.full_clean()
         row.save()
+        if "on_demand_price_per_hour" in changed:
+            price_changed(row)
         report.updated.append(spec.name)
     if deactivate_missing:
         gone = InstanceType.objects.filter(provider=provider, is_active=True).exclude(name__in=seen)
@@ -143,8 +147,14 @@ def image_upsert(*, row: dict) -> tuple[Image, bool]:
 @transaction.atomic
 def instance_type_save(*, instance_type: InstanceType) -> InstanceType:
     """Save a type edited in the Django admin, validating it first."""
+    old_price = None
+    if instance_type.pk is not None:
+        saved = InstanceType.objects.filter(pk=instance_type.pk)
+        old_price = saved.values_list("on_demand_price_per_hour", flat=True).first()
     instance_type.full_clean()
     instance_type.save()
+    if old_price != instance_type.on_demand_price_per_hour:
+        price_changed(instance_type)
     return instance_type
 
 

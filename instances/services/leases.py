@@ -1,21 +1,193 @@
-"""Leases: hosts whose lease ran out are stopped or terminated."""
+"""Leases: warnings before a lease ends, extensions, and hosts whose lease ran out."""
 
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from dataclasses import replace
+from datetime import datetime, timedelta
 
-from django.db import transaction
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from instances.models import (
     ACTIONS,
     Instance,
+    LeaseNotice,
 )
+from instances.quotas import longest_lease
+from instances.services.orders import order_admit, order_estimate, order_request_of
 from instances.services.queue import enqueue
-from instances.services.transitions import IllegalTransition, instance_transition
+from instances.services.transitions import (
+    IllegalTransition,
+    actor_of,
+    instance_note,
+    instance_transition,
+)
+from portal import permissions
+from portal.errors import Conflict, Forbidden
+from portal.models import Project, User
+from portal.services import notice_send
 
 log = logging.getLogger(__name__)
+
+
+class LeaseLimitExceeded(Conflict):
+    code = "lease_limit"
+
+
+def _when(moment: datetime) -> str:
+    return f"{moment:%H:%M} UTC on {moment:%b} {moment.day}"
+
+
+def _in_words(left: timedelta) -> str:
+    minutes = max(0, int(left.total_seconds()) // 60)
+    if minutes < 120:
+        return f"{minutes} minutes"
+    return f"{minutes // 60} h"
+
+
+def instance_extend_lease(*, instance: Instance, user: User, hours: int) -> Instance:
+    """Add ``hours`` to a host's lease: allowed up to the longest lease (counted from launch)
+    its project allows, and only if the admission checks (the budget) admit the extra hours as
+    they would an order of one host for that long. Both are decided under the project's row
+    lock, the lock order_submit holds, so an extension and an order cannot both take the last
+    of a budget."""
+    if not permissions.can_act_on_host(user, instance):
+        raise Forbidden("You can see this host but not extend its lease; ask its owner.")
+    if isinstance(hours, bool) or not isinstance(hours, int) or hours < 1:
+        raise ValidationError({"hours": "hours must be a whole number, at least 1."}, code="min")
+    with transaction.atomic():
+        # The project first, then the host: the order order_admit and the expiry take them in.
+        Project.objects.select_for_update().get(pk=instance.project_id)
+        row = (
+            Instance.objects.select_for_update(of=("self",))
+            .select_related(
+                "instance_type",
+                "project",
+                "owner",
+                "order__requester",
+                "order__project",
+                "order__instance_type",
+                "order__image",
+            )
+            .get(pk=instance.pk)
+        )
+        if row.status not in Instance.LEASED or row.lease_expires_at is None:
+            raise IllegalTransition(
+                f"This host is {row.get_status_display().lower()}; only a running, stopped, "
+                "stopping or starting host has a lease to extend."
+            )
+        longest, whose = longest_lease(project=row.project, user=row.owner)
+        total = row.lease_hours_total + hours
+        if total > longest:
+            room = longest - row.lease_hours_total
+            raise LeaseLimitExceeded(
+                f"Lease limit: {whose} is {longest} h from launch; this host has "
+                f"{row.lease_hours_total} h, so {hours} h more would make {total} h. "
+                + (
+                    f"Extend by at most {room} h."
+                    if room > 0
+                    else "It cannot be extended further; order a new host."
+                )
+            )
+        order_admit(
+            replace(
+                order_request_of(row.order),
+                requester=row.owner,
+                instance_type=row.instance_type,
+                market=row.market,
+                count=1,
+                lease_hours=hours,
+                estimate=order_estimate(
+                    instance_type=row.instance_type, market=row.market, count=1, lease_hours=hours
+                ),
+                extends=row,
+            )
+        )
+        was = row.lease_expires_at
+        row.lease_expires_at = was + timedelta(hours=hours)
+        row.lease_extended_hours += hours
+        row.save(update_fields=["lease_expires_at", "lease_extended_hours"])
+        instance_note(
+            instance=row,
+            note=f"lease extended by {hours} h by {user.username}: it ends at "
+            f"{_when(row.lease_expires_at)} (was {_when(was)}), {total} h from launch",
+            actor=actor_of(user),
+        )
+    return row
+
+
+def leases_warn(*, now: datetime | None = None) -> list[tuple[str, int]]:
+    """Warn owners of hosts whose lease ends within one of PORTAL_LEASE_NOTICE_HOURS: a notice
+    and an email, once per host, lease end and warning (the LeaseNotice row, written in the
+    notice's transaction, is what makes a second pass, a retried task or a restarted worker
+    send nothing). Only the most urgent warning due is sent, and none whose window opened
+    before the lease began (a 1 h lease gets no "1 h left" at launch). Returns (host, hours)."""
+    now = now or timezone.now()
+    windows = sorted(settings.PORTAL_LEASE_NOTICE_HOURS)
+    if not windows:
+        return []
+    hosts = list(
+        Instance.objects.filter(
+            status__in=Instance.LEASED,
+            lease_expires_at__gt=now,
+            lease_expires_at__lte=now + timedelta(hours=windows[-1]),
+        ).select_related("order", "instance_type", "project", "owner")
+    )
+    sent = set(
+        LeaseNotice.objects.filter(instance__in=[h.pk for h in hosts]).values_list(
+            "instance_id", "lease_expires_at", "hours_before"
+        )
+    )
+    warned = []
+    for host in hosts:
+        left = host.lease_expires_at - now
+        due = next((h for h in windows if left <= timedelta(hours=h)), None)
+        if due is None or host.lease_hours_total <= due:
+            continue
+        if (host.pk, host.lease_expires_at, due) in sent:
+            continue
+        try:
+            with transaction.atomic():
+                # An extension meanwhile moved the end: that end gets its own warnings.
+                locked = Instance.objects.select_for_update().get(pk=host.pk)
+                if locked.lease_expires_at != host.lease_expires_at:
+                    continue
+                LeaseNotice.objects.create(
+                    instance=host, lease_expires_at=host.lease_expires_at, hours_before=due
+                )
+                _warn(host, left)
+        except IntegrityError:
+            continue  # another pass sent this one first
+        warned.append((str(host.pk), due))
+    return warned
+
+
+def _warn(host: Instance, left: timedelta) -> None:
+    end = host.lease_expires_at
+    name = f"{host.instance_type.name} in {host.project.slug}"
+    longest, _ = longest_lease(project=host.project, user=host.owner)
+    room = longest - host.lease_hours_total
+    extend = (
+        f"Extend it on the host's page (up to {room} h more) if you still need it; "
+        if room > 0
+        else "It cannot be extended further; "
+    )
+    notice_send(
+        user=host.owner,
+        subject=f"Lease ends in {_in_words(left)}: {name}",
+        body=f"Your {name} host ({host.cloud_id or host.pk}) will be terminated at {_when(end)}, "
+        f"when its {host.lease_hours_total} h lease ends. {extend}copy off any work you want "
+        "to keep before then.",
+        link=f"/hosts/{host.pk}/",
+    )
+    instance_note(
+        instance=host,
+        note=f"lease warning sent to {host.owner.username}: it ends at {_when(end)}",
+        actor="system:lease",
+    )
 
 
 def leases_expire(*, now: datetime | None = None) -> list[str]:
@@ -31,7 +203,7 @@ def leases_expire(*, now: datetime | None = None) -> list[str]:
             row, moved = instance_transition(
                 instance=instance,
                 to=Instance.Status.TERMINATING,
-                reason=f"the {instance.order.lease_hours} h lease ended",
+                reason=f"the {instance.lease_hours_total} h lease ended",
                 actor="system:lease",
             )
         except IllegalTransition:

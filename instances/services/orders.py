@@ -105,6 +105,10 @@ class OrderRequest:
     interruption_policy: str
     region: str
     estimate: Estimate
+    # A lease extension of this (live) host rather than new hosts: ``count`` is 1 and
+    # ``lease_hours`` the extra hours, so a budget check prices exactly what is added; checks
+    # that count hosts leave it out (the host already holds its place).
+    extends: Instance | None = None
 
     def fingerprint(self) -> str:
         """Digest of what was asked for, to tell a replay from a different order."""

@@ -10,10 +10,9 @@ import pytest
 from django.core import mail
 from django.utils import timezone
 
-from billing.budgets import budget_status
+from billing.budgets import budget_set, budget_status, budgets_check
 from billing.models import Budget, BudgetAlert
 from billing.money import micros
-from billing.services import budget_set, budgets_check
 from instances.models import Instance
 from portal.errors import Forbidden
 from portal.models import Membership, Notice
@@ -300,6 +299,20 @@ def test_finance_sets_amount_and_thresholds_but_not_the_policy(vision, fin):
 def test_researchers_set_no_budgets(vision, alice):
     with pytest.raises(Forbidden):
         budget_set(project=vision, actor=alice, monthly_amount="1")
+
+
+def test_an_inactive_finance_account_sets_no_budget_and_reconciles_nothing(vision, fin, ada):
+    """Billing asks portal.permissions, where an inactive account holds no role."""
+    from billing.cur import cur_import
+
+    for person in (fin, ada):
+        person.is_active = False
+        person.save(update_fields=["is_active"])
+        with pytest.raises(Forbidden):
+            budget_set(project=vision, actor=person, monthly_amount="1")
+        with pytest.raises(Forbidden):
+            cur_import(data=b"", source="test", actor=person)
+    assert not Budget.objects.exists()
 
 
 @pytest.mark.parametrize(

@@ -46,7 +46,7 @@ def test_finance_sees_every_project_with_spot_and_on_demand_and_the_savings(api_
 def test_the_body_is_what_the_documented_schema_says(api_as, fin, month, group_by):
     """The endpoint builds its JSON directly; it must be exactly what the schema's serializer
     would have made of the same report."""
-    from billing.api import CostReportSerializer, report_body
+    from billing.api.serializers import CostReportSerializer, report_body
     from billing.forms import ReportForm
     from billing.reports import cost_report
 
@@ -134,8 +134,7 @@ def test_the_total_is_the_spend_rounded_once_as_the_budget_shows_it(
 ):
     # On-demand $0.0168 and spot $0.0052 round to 2 + 1 cents apart, but they spend $0.0219:
     # the total says $0.02, as the budget does, and the columns still add up to it.
-    from billing.budgets import budget_statuses
-    from billing.services import budget_set
+    from billing.budgets import budget_set, budget_statuses
 
     list_price("g5.xlarge", "1.006", at(hours=-1))
     spot_price("g5.xlarge", "0.3105", at(hours=-1))
@@ -206,7 +205,7 @@ def test_anonymous_callers_get_401(client, db):
 
 
 def test_budgets_list_shows_spend_against_budget(api_as, ada, alice, spend, projects):
-    from billing.services import budget_set
+    from billing.budgets import budget_set
 
     budget_set(project=projects["vision-lab"], actor=ada, monthly_amount="1000.00")
     spend("12.34")

@@ -11,9 +11,10 @@ from django.core.management import call_command
 from django.db.models import Max, Sum
 from django.utils import timezone
 
+from billing.metering import instance_meter, usage_meter
 from billing.models import DailyRollup, ListPrice, MeterMark, MeterState, RollupDelta, Usage
 from billing.money import micros
-from billing.services import instance_meter, rollups_rebuild, rollups_refresh, usage_meter
+from billing.rollups import rollups_rebuild, rollups_refresh
 from instances.models import InstanceEvent, InstanceType
 from instances.services import instance_type_save
 
@@ -94,16 +95,9 @@ SCRIPTS = [
     ("story", "market", "runs", "now", "seconds"), SCRIPTS, ids=[s[0] for s in SCRIPTS]
 )
 def test_hosts_are_billed_as_the_rules_table_says(
-    story, market, runs, now, seconds, host, run, at, meter
+    story, market, runs, now, seconds, play, at, meter
 ):
-    instance = host(market=market)
-    for start, end, ended in runs:
-        instance = run(
-            instance,
-            at(seconds=start),
-            at(seconds=end) if end is not None else None,
-            ended=ended or "stopped",
-        )
+    instance = play(market, runs)
     meter(now=at(seconds=now))
     # No spot price was ever seen: spot is billed at the price quoted at order time (the list).
     assert billed(instance) == (seconds, seconds * G5)
@@ -211,7 +205,7 @@ def test_a_list_price_change_in_the_catalog_enters_the_history(clock, catalog):
     assert ListPrice.objects.filter(instance_type=kind).count() == 2
 
 
-def test_a_price_changed_behind_the_signal_is_caught_by_the_next_pass(catalog, at):
+def test_a_price_changed_behind_the_hooks_is_caught_by_the_next_pass(catalog, at):
     InstanceType.objects.filter(name="g5.xlarge").update(on_demand_price_per_hour="1.25")
     usage_meter(now=at())
     newest = ListPrice.objects.filter(instance_type__name="g5.xlarge").latest("at")
@@ -489,16 +483,16 @@ def test_a_refresh_that_starts_while_another_runs_adds_nothing_twice(
     meter(now=at(hours=3))
     run(host(), at(hours=30), at(hours=31))  # the next day: new rollup rows to create
     usage_meter(now=at(hours=32))  # deltas pending
-    from billing import services
+    from billing import rollups
 
-    add = services._rollups_add
+    add = rollups._rollups_add
 
     def held(sums):  # the first refresh holds its transaction open while it adds
         if threading.current_thread().name == "first":
             time.sleep(0.5)
         return add(sums)
 
-    monkeypatch.setattr(services, "_rollups_add", held)
+    monkeypatch.setattr(rollups, "_rollups_add", held)
 
     errors: list[BaseException] = []
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 from bs4 import BeautifulSoup
 
+from billing.budgets import budget_set
 from billing.models import Budget
-from billing.services import budget_set
 
 
 @pytest.fixture
@@ -192,3 +193,29 @@ def test_researchers_cannot_save_budgets(client, alice):
     response = client.post("/budgets/", {"project": "vision-lab", "vision-lab-monthly_amount": "1"})
     assert response.status_code == 403
     assert not Budget.objects.exists()
+
+
+def test_costs_says_when_the_last_metering_pass_ran_in_one_read(
+    client, fin, spent, clock, django_assert_num_queries
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from billing.reports import last_metered_at
+
+    passed = clock.now
+    clock.shift(timedelta(minutes=7))
+    with django_assert_num_queries(1):
+        assert last_metered_at() == passed
+    with CaptureQueriesContext(connection) as captured:
+        _, soup = page(client, fin, f"/costs/?{spent}")
+    assert "metered 7\xa0minutes ago" in soup.select_one(".page-head").text
+    assert not [q for q in captured.captured_queries if "billing_metermark" in q["sql"]]
+
+
+def test_costs_says_nothing_of_metering_before_the_first_pass(client, fin, clock):
+    from billing.reports import last_metered_at
+
+    assert last_metered_at() is None
+    _, soup = page(client, fin, "/costs/")
+    assert "metered" not in soup.select_one(".page-head").text

@@ -14,9 +14,10 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
+from billing.metering import usage_meter
 from billing.models import DailyRollup, ListPrice, SpotPrice
 from billing.money import micros
-from billing.services import rollups_refresh, usage_meter
+from billing.rollups import rollups_refresh
 from instances.models import Instance
 from instances.services import instance_transition
 
@@ -85,6 +86,25 @@ def run():
             instance = _move(instance, S.INTERRUPTED, end)
             return _move(instance, S.TERMINATED, end)
         raise ValueError(ended)
+
+    return go
+
+
+@pytest.fixture
+def play(host, run, at):
+    """A new host of ``market`` through ``runs``: (start s, end s or None, how it ended), in
+    seconds from the timeline's start, as the scripts of the billing tests give them."""
+
+    def go(market: str, runs) -> Instance:
+        instance = host(market=market)
+        for start, end, ended in runs:
+            instance = run(
+                instance,
+                at(seconds=start),
+                at(seconds=end) if end is not None else None,
+                ended=ended or "stopped",
+            )
+        return instance
 
     return go
 

@@ -15,7 +15,9 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from audit.models import AuditEvent
-from billing.services import budget_set, rollups_refresh, usage_meter
+from billing.budgets import budget_set
+from billing.metering import usage_meter
+from billing.rollups import rollups_refresh
 from portal.models import ApiToken
 from portal.services import approval_policy_set, quota_set, token_issue
 from tests.browser.conftest import ARTIFACTS

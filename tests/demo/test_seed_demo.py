@@ -52,8 +52,8 @@ def test_seed_twice_changes_nothing(db):
 
 
 def test_seed_sets_demo_budgets_once_and_keeps_a_changed_one(db):
+    from billing.budgets import budget_set
     from billing.models import Budget
-    from billing.services import budget_set
 
     seed()
     budgets = {b.project.slug: (str(b.monthly_amount), b.policy) for b in Budget.objects.all()}

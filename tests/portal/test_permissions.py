@@ -37,6 +37,9 @@ act on carol's host in nlp-lab      N    N    N    Y    Y   Y    N   N   N
 decide alice's order in vision-lab  N    N    Y    N    Y   Y    N   N   N
 decide mia's order in vision-lab    N    N    N    N    Y   Y    N   N   N
 decide carol's order in nlp-lab     N    N    N    N    Y   Y    N   N   N
+cancel alice's held order           N    Y    Y    N    Y   Y    N   N   N
+cancel mia's held order             N    N    Y    N    Y   Y    N   N   N
+cancel carol's held order           N    N    N    Y    Y   Y    N   N   N
 have an approval inbox              N    N    Y    N    Y   Y    N   N   N
 set budgets                         N    N    N    N    Y   Y    Y   N   N
 choose what a budget does at 100%   N    N    N    N    Y   Y    N   N   N
@@ -123,6 +126,15 @@ def _questions(w):
             u, order("mia", w.vision)
         ),
         "decide carol's order in nlp-lab": lambda u: permissions.can_decide(
+            u, order("carol", w.nlp)
+        ),
+        "cancel alice's held order": lambda u: permissions.can_cancel_order(
+            u, order("alice", w.vision)
+        ),
+        "cancel mia's held order": lambda u: permissions.can_cancel_order(
+            u, order("mia", w.vision)
+        ),
+        "cancel carol's held order": lambda u: permissions.can_cancel_order(
             u, order("carol", w.nlp)
         ),
         "have an approval inbox": permissions.is_approver,

@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from billing.services import budget_set
+from billing.budgets import budget_set
 from portal.models import Membership
 from portal.services import approval_policy_set, membership_set, project_upsert, quota_set
 

@@ -7,8 +7,9 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 from audit.services import audit_record_system
+from billing.budgets import budget_set
 from billing.models import Budget
-from billing.services import budget_set, spot_prices_refresh
+from billing.prices import spot_prices_refresh
 from portal.models import Membership, User
 from portal.services import (
     approval_policy_set,

@@ -5,20 +5,32 @@ PY := $(VENV)/bin/python
 PORTAL_PORT ?= 8000
 export PORTAL_PORT
 
-.PHONY: run test lint bench install clean
+.PHONY: run test lint bench install clean lock
 
-$(VENV)/.installed: pyproject.toml
+# Installs exactly the versions in the lock files (requirements-dev.lock for a checkout,
+# requirements.lock in the image); `make lock` refreshes them from pyproject.toml.
+$(VENV)/.installed: pyproject.toml requirements-dev.lock
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -e ".[dev]"
+	$(VENV)/bin/pip install --quiet -r requirements-dev.lock
+	$(VENV)/bin/pip install --quiet --no-deps -e .
 	touch $@
+
+LOCK := $(VENV)/bin/uv pip compile pyproject.toml --python-version 3.11 --universal --quiet
+lock:
+	$(VENV)/bin/pip install --quiet uv
+	$(LOCK) $(if $(UPGRADE),--upgrade) -o requirements.lock
+	$(LOCK) $(if $(UPGRADE),--upgrade) --extra dev -o requirements-dev.lock
 
 node_modules/.package-lock.json: package-lock.json
 	npm ci --no-audit --no-fund
 
 install: $(VENV)/.installed node_modules/.package-lock.json
 
+# Web, worker and beat count into one folder so /metrics sums them; emptied at each start.
+run: export PROMETHEUS_MULTIPROC_DIR := $(CURDIR)/var/metrics
 run: install
+	rm -rf var/metrics && mkdir -p var/metrics
 	$(PY) manage.py collectstatic --noinput --verbosity 0
 	$(PY) manage.py migrate --noinput --verbosity 0
 	$(PY) manage.py seed_demo

@@ -18,3 +18,17 @@ limit_request_fields = 100
 # Twice the portal's PORTAL_MAX_HEADER_LENGTH (8,192), so that a header just over the portal's
 # limit reaches the portal and is refused with an audit row.
 limit_request_field_size = 16384
+
+# gunicorn's access line, with the request id the portal answered with (X-Request-ID), so an
+# access line leads to the app's lines and the audit rows of the same request.
+access_log_format = (
+    '%(h)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s" request_id=%({x-request-id}o)s'
+)
+
+
+def child_exit(server, worker):
+    """A gunicorn worker died: prometheus-client's multiprocess mode drops its live gauges
+    (its counters stay in the shared folder and keep counting towards the totals)."""
+    from portal.metrics import mark_process_dead
+
+    mark_process_dead(worker.pid)

@@ -12,9 +12,11 @@ from celery import shared_task
 from django.conf import settings
 
 from instances import services
+from instances.metrics import reconcile_counted
 from instances.models import Instance
 from instances.providers.base import ProviderPermanentError, ProviderTransientError
 from instances.selectors import instance_load
+from portal.metrics import RECONCILE_SECONDS
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +117,9 @@ def sync_instance(self, instance_id: str, polls: int = 0) -> str:
 
 @shared_task(autoretry_for=(ProviderTransientError,), retry_backoff=True, max_retries=3)
 def reconcile() -> int:
-    report = services.reconcile()
+    with RECONCILE_SECONDS.time():
+        report = services.reconcile()
+    reconcile_counted(report)
     if report.actions():
         log.info("reconcile: %s", report)
     if report.deferred:

@@ -8,6 +8,7 @@ from rest_framework.routers import DefaultRouter
 from audit.api import AuditEventViewSet
 from billing.api import BudgetViewSet, CostViewSet
 from instances.api import ImageViewSet, InstanceTypeViewSet, InstanceViewSet, OrderViewSet
+from portal import metrics_http
 from portal.api import ProjectViewSet, QuotaViewSet, TokenViewSet
 from portal.views import account, dashboard, health, quotas
 
@@ -42,6 +43,7 @@ urlpatterns = [
     path("login/", account.LoginView.as_view(), name="login"),
     path("logout/", account.LogoutView.as_view(), name="logout"),
     path("health/", health.health, name="health"),
+    path("metrics", metrics_http.metrics, name="metrics"),
     path("dashboard/", dashboard.dashboard, name="dashboard"),
     path("quotas/", quotas.quotas_page, name="quotas"),
     path("quotas/<slug:slug>/", quotas.quota_save, name="quota-save"),

@@ -138,6 +138,7 @@ NOT_HERE = {
     "login": "public by design; tests/portal/test_login.py",
     "logout": "ends the caller's own session; tests/portal/test_login.py",
     "health": "public by design; tests/portal/test_health.py",
+    "metrics": "a scraper's bearer token, no persona's session; tests/ops/test_metrics.py",
 }
 # Methods of plain Django views (DRF views list their own).
 PAGE_METHODS = {

@@ -6,6 +6,7 @@ from django.conf import settings
 from django.utils.module_loading import import_string
 
 from instances.providers.base import Provider
+from instances.providers.counted import CountedProvider
 
 
 def get_provider(name: str | None = None) -> Provider:
@@ -15,4 +16,5 @@ def get_provider(name: str | None = None) -> Provider:
     except KeyError:
         known = ", ".join(sorted(settings.PORTAL_PROVIDERS))
         raise ValueError(f"Unknown provider {name!r}; PORTAL_PROVIDER accepts {known}.") from None
-    return import_string(path)()
+    # Counted by call and error kind for /metrics (instances/metrics.py).
+    return CountedProvider(import_string(path)(), name)

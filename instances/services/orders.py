@@ -16,6 +16,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from instances.metrics import order_counted
 from instances.models import (
     TASK_OF_STATUS,
     Image,
@@ -32,6 +33,7 @@ from instances.services.transitions import actor_of
 from instances.sshkeys import validate_public_key
 from portal import permissions
 from portal.errors import Conflict, Forbidden
+from portal.metrics import ORDERS
 from portal.models import ApprovalPolicy, Project, User
 from portal.services import notice_send
 
@@ -313,6 +315,7 @@ def order_submit(*, idempotency_key: str | None = None, **fields) -> tuple[Order
                 approvers_ask(order)
             else:
                 order_instances_create(order)
+            order_counted("held" if approval else "admitted")
     except IntegrityError:
         # Two requests with one Idempotency-Key raced; the other placed the order.
         replayed = (
@@ -324,11 +327,20 @@ def order_submit(*, idempotency_key: str | None = None, **fields) -> tuple[Order
     return order, True
 
 
+# Admission refusals by their error code, for the orders-by-outcome metric.
+REFUSALS = {"quota_exceeded": "refused_quota", "budget_exceeded": "refused_budget"}
+
+
 def order_admit(request: OrderRequest) -> None:
     """Run every admission check while holding the project's row lock (until commit)."""
     Project.objects.select_for_update().get(pk=request.project.pk)
     for path in settings.ORDER_ADMISSION_CHECKS:
-        import_string(path)(request)
+        try:
+            import_string(path)(request)
+        except Conflict as refusal:
+            # Counted at once: the refusal rolls the transaction back.
+            ORDERS.labels(REFUSALS.get(refusal.code, "refused_other")).inc()
+            raise
 
 
 def approval_needed(request: OrderRequest) -> str | None:

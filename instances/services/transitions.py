@@ -10,6 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit.services import audit_record_system
+from instances.metrics import provisioning_observed
 from instances.models import (
     Instance,
     InstanceEvent,
@@ -91,6 +92,11 @@ def instance_transition(
             instance=row, old_status=old, new_status=to, reason=reason[:500], at=at, actor=actor
         )
         audit_change(actor, action=f"{old}->{to}", object_ref=f"instance:{row.pk}", reason=reason)
+        if to == Instance.Status.RUNNING and old in (
+            Instance.Status.REQUESTED,
+            Instance.Status.PROVISIONING,
+        ):
+            provisioning_observed(row)
     return row, True
 
 

@@ -1,4 +1,4 @@
-"""``/health/``: whether the database and the broker answer."""
+"""``/health/``: whether the database and the broker answer; how beat and the workers are."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from portal.celery import app as celery_app
+from portal.celery_ops import health_report
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,8 @@ def _broker_ok() -> tuple[bool, str]:
 @require_GET
 @login_not_required
 def health(request: HttpRequest) -> JsonResponse:
-    """200 when the database and the broker answer; 503 naming the one that does not."""
+    """200 when the database and the broker answer; 503 naming the one that does not. Beat and
+    the workers are reported with their reasons ("degraded" when one is missing)."""
     db_ok, db_state = _database_ok()
     broker_ok, broker_state = _broker_ok()
     body = {
@@ -54,4 +56,8 @@ def health(request: HttpRequest) -> JsonResponse:
     failing = [name for name, ok in (("database", db_ok), ("broker", broker_ok)) if not ok]
     if failing:
         body["failing"] = failing
+    else:
+        body.update(health_report())
+        if body["beat"] != "ok" or body["workers"] != "ok":
+            body["status"] = "degraded"
     return JsonResponse(body, status=200 if not failing else 503)

@@ -18,5 +18,6 @@ urlpatterns = [
     path("hosts/rows/", views.hosts_rows_partial, name="host-rows"),
     path("hosts/<uuid:pk>/", views.host_page, name="host"),
     path("hosts/<uuid:pk>/panel/", views.host_panel_partial, name="host-panel"),
+    path("hosts/<uuid:pk>/keep-running/", views.host_keep_running, name="host-keep-running"),
     path("hosts/<uuid:pk>/<str:verb>/", views.host_action, name="host-action"),
 ]

@@ -28,10 +28,10 @@ from instances.models import (
     Market,
     Order,
 )
-from instances.selectors import orders_to_decide
+from instances.selectors import latest_gpu_readings, orders_to_decide
 from instances.usage import cost_so_far, running_seconds
 from portal import permissions
-from portal.models import Project
+from portal.models import IdlePolicy, Project
 from portal.pages import forbidden, form_errors, service_errors
 
 SORTS = [
@@ -236,11 +236,14 @@ def _host_rows(request: HttpRequest) -> dict:
     now = timezone.now()
     hosts = []
     managed = permissions.managed_project_ids(request.user)
-    for instance in _hosts_queryset(request)[:200]:
+    rows = list(_hosts_queryset(request)[:200])
+    readings = latest_gpu_readings([instance.pk for instance in rows], now=now)
+    for instance in rows:
         events = list(instance.events.all())
         hosts.append(
             {
                 "i": instance,
+                "gpu": readings.get(instance.pk),
                 "running_seconds": running_seconds(events, now),
                 "cost": cost_so_far(instance, events, now),
                 "ssh": instance.ssh_command,
@@ -289,7 +292,13 @@ def _host_context(request: HttpRequest, instance: Instance) -> dict:
         "cost": cost_so_far(instance, events, now),
         "ssh": instance.ssh_command,
         "can_act": permissions.can_act_on_host(request.user, instance),
+        "can_keep_running": permissions.can_keep_running(request.user, instance),
+        "now": now,
         "moving": instance.status in Instance.MOVING or instance.status == "requested",
+        "gpu": latest_gpu_readings([instance.pk], now=now).get(instance.pk),
+        "idle_policy": IdlePolicy.objects.filter(
+            project_id=instance.project_id, enabled=True
+        ).first(),
     }
 
 
@@ -309,6 +318,22 @@ def _host_back(request: HttpRequest, *, pk, verb: str = "") -> str:
     if not url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
         back = reverse("host", args=[pk])
     return back
+
+
+@require_POST
+@service_errors(back=_host_back)
+def host_keep_running(request: HttpRequest, pk) -> HttpResponse:
+    """Keep running: hold off the idle stop (the answer to its warning)."""
+    instance = _visible_instance(request, pk)
+    row = services.instance_keep_running(instance=instance, user=request.user)
+    if request.headers.get("HX-Target", "") == "host-panel":
+        return host_panel_partial(request, pk)
+    messages.success(
+        request,
+        f"{instance.instance_type} keeps running: no idle stop before "
+        f"{row.idle_snoozed_until:%b %-d, %H:%M} UTC.",
+    )
+    return redirect(_host_back(request, pk=pk))
 
 
 @require_POST

@@ -8,6 +8,7 @@ from rest_framework.routers import DefaultRouter
 from audit.api import AuditEventViewSet
 from billing.api import BudgetViewSet, CostViewSet
 from instances.api import ImageViewSet, InstanceTypeViewSet, InstanceViewSet, OrderViewSet
+from instances.api.telemetry import InstanceMetricsView
 from portal.api import ProjectViewSet, QuotaViewSet, TokenViewSet
 from portal.views import account, dashboard, health, quotas
 
@@ -51,6 +52,11 @@ urlpatterns = [
     path("", include("audit.urls")),
     path("", include("billing.urls")),  # costs, budgets, reconciliation
     path("admin/", admin.site.urls),
+    path(
+        "api/v1/instances/<uuid:pk>/metrics/",
+        InstanceMetricsView.as_view(),
+        name="instance-metrics",
+    ),
     path("api/v1/", include(router.urls)),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/v1/docs/", ApiDocsView.as_view(url_name="api-schema"), name="api-docs"),

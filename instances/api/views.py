@@ -24,6 +24,7 @@ from instances.api.serializers import (
     OrderSerializer,
     RejectionSerializer,
 )
+from instances.api.telemetry import KeepRunningActions
 from instances.models import (
     Image,
     Instance,
@@ -151,8 +152,8 @@ class OrderViewSet(
         return Response(EstimateSerializer(estimate).data)
 
 
-class InstanceViewSet(viewsets.ReadOnlyModelViewSet):
-    """Hosts of the caller's projects, with stop, start and terminate."""
+class InstanceViewSet(KeepRunningActions, viewsets.ReadOnlyModelViewSet):
+    """Hosts of the caller's projects, with stop, start, terminate and keep-running."""
 
     filterset_class = InstanceFilter
 

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from audit.services import audit_record_system
 from instances.models import (
+    HostAgentCredential,
     Instance,
     InstanceEvent,
     Order,
@@ -45,6 +46,9 @@ def order_transition(*, order: Order, to: str, reason: str, actor: str) -> tuple
 
 
 # --- the instance state machine --------------------------------------------------------------
+
+
+ENDED = frozenset({Instance.Status.TERMINATED, Instance.Status.FAILED})
 
 
 class IllegalTransition(Conflict):
@@ -90,6 +94,11 @@ def instance_transition(
         InstanceEvent.objects.create(
             instance=row, old_status=old, new_status=to, reason=reason[:500], at=at, actor=actor
         )
+        if to in ENDED:
+            # The host's telemetry agent loses its credential with the host.
+            HostAgentCredential.objects.filter(instance=row, revoked_at__isnull=True).update(
+                revoked_at=at
+            )
         audit_change(actor, action=f"{old}->{to}", object_ref=f"instance:{row.pk}", reason=reason)
     return row, True
 

@@ -10,7 +10,7 @@ from billing.api import BudgetViewSet, CostViewSet
 from instances.api import ImageViewSet, InstanceTypeViewSet, InstanceViewSet, OrderViewSet
 from instances.api.telemetry import InstanceMetricsView
 from portal.api import ProjectViewSet, QuotaViewSet, TokenViewSet
-from portal.views import account, dashboard, health, quotas
+from portal.views import account, dashboard, health, idle, quotas
 
 
 class ApiDocsView(SpectacularSwaggerSplitView):
@@ -47,6 +47,7 @@ urlpatterns = [
     path("quotas/", quotas.quotas_page, name="quotas"),
     path("quotas/<slug:slug>/", quotas.quota_save, name="quota-save"),
     path("quotas/<slug:slug>/policy/", quotas.policy_save, name="policy-save"),
+    path("projects/<slug:slug>/idle-policy/", idle.idle_policy_page, name="idle-policy"),
     path("account/tokens/", account.tokens_page, name="tokens"),
     path("", include("instances.urls")),  # catalog, ordering, hosts, approvals
     path("", include("audit.urls")),

@@ -74,7 +74,7 @@ class ReadingSerializer(serializers.Serializer):
 
 
 class ReadingBatchSerializer(serializers.Serializer):
-    readings = ReadingSerializer(many=True, allow_empty=False, max_length=1440)
+    readings = ReadingSerializer(many=True, max_length=1440)
 
 
 class IngestSerializer(serializers.Serializer):

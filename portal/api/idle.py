@@ -21,6 +21,9 @@ class IdlePolicySerializer(serializers.ModelSerializer):
     updated_by = serializers.CharField(
         source="updated_by.username", default=None, read_only=True, allow_null=True
     )
+    updated_at = serializers.DateTimeField(
+        read_only=True, allow_null=True, help_text="null: the project has no idle stop yet"
+    )
 
     class Meta:
         model = IdlePolicy

@@ -29,6 +29,7 @@ from instances.models import (
     Order,
 )
 from instances.selectors import latest_gpu_readings, orders_to_decide
+from instances.services.idle import warn_after_minutes
 from instances.usage import cost_so_far, running_seconds
 from portal import permissions
 from portal.models import IdlePolicy, Project
@@ -285,6 +286,7 @@ def _visible_instance(request: HttpRequest, pk) -> Instance:
 def _host_context(request: HttpRequest, instance: Instance) -> dict:
     now = timezone.now()
     events = list(instance.events.all())
+    policy = IdlePolicy.objects.filter(project_id=instance.project_id, enabled=True).first()
     return {
         "i": instance,
         "events": list(reversed(events)),
@@ -296,9 +298,8 @@ def _host_context(request: HttpRequest, instance: Instance) -> dict:
         "now": now,
         "moving": instance.status in Instance.MOVING or instance.status == "requested",
         "gpu": latest_gpu_readings([instance.pk], now=now).get(instance.pk),
-        "idle_policy": IdlePolicy.objects.filter(
-            project_id=instance.project_id, enabled=True
-        ).first(),
+        "idle_policy": policy,
+        "idle_for": warn_after_minutes(policy) if policy else None,
     }
 
 

@@ -157,3 +157,29 @@ def test_keep_running_without_an_idle_policy_says_there_is_none(running_host, al
 
     with pytest.raises(Conflict, match="no idle stop"):
         services.instance_keep_running(instance=running_host(), user=alice)
+
+
+def test_beat_runs_the_telemetry_and_idle_tasks_by_name(settings, clock, running_host, idle_policy):
+    from portal.celery import app
+
+    names = {entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()}
+    for task in (
+        "instances.tasks.collect_telemetry",
+        "instances.tasks.compact_telemetry",
+        "instances.tasks.stop_idle_hosts",
+    ):
+        assert task in names and task in app.tasks
+    host = running_host()
+    _profile(host, "idle", clock)
+    for _ in range(31):
+        clock.shift(MINUTE)
+        assert app.tasks["instances.tasks.collect_telemetry"]() == 1
+        app.tasks["instances.tasks.stop_idle_hosts"]()
+    assert _status(host) == Instance.Status.STOPPING
+
+
+def test_keeping_a_host_running_from_the_api_is_audited(api_as, running_host, idle_policy, alice):
+    host = running_host()
+    assert api_as(alice).post(f"/api/v1/instances/{host.pk}/keep-running/").status_code == 200
+    row = AuditEvent.objects.filter(path=f"/api/v1/instances/{host.pk}/keep-running/").get()
+    assert row.actor_username == "alice" and row.status == 200

@@ -113,6 +113,8 @@ class InstanceMetricsView(APIView):
 
     @extend_schema(parameters=[SeriesQuerySerializer], responses=SeriesSerializer)
     def get(self, request, pk):
+        """The host's GPU readings over the last ``hours`` (24 by default), oldest first:
+        hourly points where the minutes were folded away, then minutes."""
         instance = get_object_or_404(Instance.objects.for_user(request.user), pk=pk)
         query = SeriesQuerySerializer(data=request.query_params.dict())
         query.is_valid(raise_exception=True)
@@ -134,6 +136,9 @@ class InstanceMetricsView(APIView):
         auth=[{"agentToken": []}],
     )
     def post(self, request, pk):
+        """A host's agent posts its readings (up to a day's, 1,440, at once). 400 names each
+        reading refused and why (malformed, too far ahead, too old) and stores none of the
+        batch; 403 for another host; 409 ``host_not_running`` once the host stopped."""
         if str(request.auth.instance_id) != str(pk):
             raise exceptions.PermissionDenied(
                 "This credential belongs to another host; post readings for your own host only."
@@ -173,6 +178,8 @@ class KeepRunningActions:
     @extend_schema(request=None, responses={200: KeepRunningSerializer})
     @action(detail=True, methods=["post"], url_path="keep-running")
     def keep_running(self, request, pk=None):
-        """Hold off the idle stop for the project's snooze hours (answers its warning)."""
+        """Hold off the idle stop for the project's snooze hours (answers its warning). 409
+        ``no_idle_policy`` when the project stops no idle hosts, ``invalid_state`` when the host
+        is not running; 403 for someone who may not stop it."""
         instance = services.instance_keep_running(instance=self.get_object(), user=request.user)
         return Response({"idle_snoozed_until": instance.idle_snoozed_until})

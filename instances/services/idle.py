@@ -57,9 +57,25 @@ def idle_check(*, now: datetime | None = None) -> IdleReport:
     """One pass of the idle stop over every project with an enabled policy."""
     now = now or timezone.now()
     report = IdleReport()
+    _call_off_stale(report)
     for policy in IdlePolicy.objects.filter(enabled=True).select_related("project"):
         _check_project(policy, now, report)
     return report
+
+
+def _call_off_stale(report: IdleReport) -> None:
+    """Warnings that no longer apply: the host stopped or ended some other way (a later start
+    must begin with a new warning, never stop at once on the old one), or its project's policy
+    was turned off or removed."""
+    Instance.objects.filter(idle_stop_at__isnull=False).exclude(
+        status=Instance.Status.RUNNING
+    ).update(idle_warned_at=None, idle_stop_at=None)
+    orphaned = Instance.objects.filter(idle_stop_at__isnull=False).exclude(
+        project__idle_policy__enabled=True
+    )
+    for instance_id, stop_at in orphaned.values_list("pk", "idle_stop_at"):
+        if _clear(instance_id, stop_at, "Idle stop called off: the project's policy is off."):
+            report.cleared.append(str(instance_id))
 
 
 def _check_project(policy: IdlePolicy, now: datetime, report: IdleReport) -> None:

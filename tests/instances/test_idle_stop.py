@@ -183,3 +183,20 @@ def test_keeping_a_host_running_from_the_api_is_audited(api_as, running_host, id
     assert api_as(alice).post(f"/api/v1/instances/{host.pk}/keep-running/").status_code == 200
     row = AuditEvent.objects.filter(path=f"/api/v1/instances/{host.pk}/keep-running/").get()
     assert row.actor_username == "alice" and row.status == 200
+
+
+def test_a_warning_ends_with_the_policy_or_when_the_host_stops_another_way(
+    clock, running_host, idle_policy, alice
+):
+    host = running_host()
+    _profile(host, "idle", clock)
+    assert _minutes(clock, 26).warned == [str(host.pk)]
+    idle_policy.enabled = False
+    idle_policy.save()
+    assert services.idle_check().cleared == [str(host.pk)]
+    idle_policy.enabled = True
+    idle_policy.save()
+    assert _minutes(clock, 1).warned == [str(host.pk)]
+    services.instance_request_stop(instance=Instance.objects.get(pk=host.pk), user=alice)
+    services.idle_check()
+    assert Instance.objects.get(pk=host.pk).idle_stop_at is None

@@ -111,7 +111,11 @@ class InstanceMetricsView(APIView):
     ]
     permission_classes = [ReadsOrReports]
 
-    @extend_schema(parameters=[SeriesQuerySerializer], responses=SeriesSerializer)
+    @extend_schema(
+        parameters=[SeriesQuerySerializer],
+        responses=SeriesSerializer,
+        auth=[{"bearerToken": []}, {"cookieAuth": []}],
+    )
     def get(self, request, pk):
         """The host's GPU readings over the last ``hours`` (24 by default), oldest first:
         hourly points where the minutes were folded away, then minutes."""

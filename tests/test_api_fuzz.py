@@ -206,6 +206,12 @@ def give_real_references(case, world: World, who: str) -> None:
         if body.get("market") != "spot":
             body.pop("interruption_policy", None)
     elif path.endswith("/metrics/") and method == "POST" and body is not None:
+        from instances.models import Instance
+        from instances.services.telemetry import agent_secret
+
+        # Only the host's own agent posts here: its credential, whichever scheme was drawn.
+        host = Instance.objects.get(pk=world.path_values["/api/v1/instances/"][0])
+        case.headers = {**(case.headers or {}), "Authorization": f"Agent {agent_secret(host)}"}
         # The schema cannot say "within the last 48 hours": readings of the last minutes.
         for index, reading in enumerate(body.get("readings") or []):
             if isinstance(reading, dict):

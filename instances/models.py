@@ -299,6 +299,11 @@ class Instance(models.Model):
     last_seen_at = models.DateTimeField(
         null=True, blank=True, help_text="Last time the cloud reported this host alive"
     )
+    # The idle stop (instances/services/idle.py): when the owner was warned, the minute the
+    # host will be stopped unless it works again, and until when "Keep running" holds it off.
+    idle_warned_at = models.DateTimeField(null=True, blank=True)
+    idle_stop_at = models.DateTimeField(null=True, blank=True)
+    idle_snoozed_until = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = InstanceQuerySet.as_manager()
@@ -507,9 +512,16 @@ class SimulatedHost(models.Model):
     # A moving state (pending, stopping, shutting-down) settles at this time.
     settles_at = models.DateTimeField(null=True, blank=True)
     launched_at = models.DateTimeField()
+    # How busy its GPUs are over time (SimulatedProvider.gpu_reading); empty: a cycle of busy
+    # and idle phases drawn from the seed and the cloud id.
+    gpu_profile = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["launched_at", "cloud_id"]
 
     def __str__(self) -> str:
         return f"{self.cloud_id} {self.instance_type} {self.state}"
+
+
+# GPU telemetry's tables live in their own module; importing them here registers them.
+from instances.gpu import GpuHourlyReading, GpuReading, HostAgentCredential  # noqa: E402, F401

@@ -144,3 +144,26 @@ def warn_leases() -> int:
 @shared_task
 def expire_orders() -> int:
     return len(services.orders_expire())
+
+
+@shared_task
+def collect_telemetry() -> int:
+    return services.telemetry_collect().stored
+
+
+@shared_task
+def compact_telemetry() -> int:
+    return services.telemetry_compact()
+
+
+@shared_task
+def stop_idle_hosts() -> int:
+    report = services.idle_check()
+    if report.warned or report.stopped or report.cleared:
+        log.info(
+            "idle stop: warned %s, stopped %s, called off %s",
+            len(report.warned),
+            len(report.stopped),
+            len(report.cleared),
+        )
+    return len(report.stopped)

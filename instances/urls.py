@@ -19,6 +19,7 @@ urlpatterns = [
     path("hosts/<uuid:pk>/", views.host_page, name="host"),
     path("hosts/<uuid:pk>/panel/", views.host_panel_partial, name="host-panel"),
     path("hosts/<uuid:pk>/extend/", views.host_extend, name="host-extend"),
+    path("hosts/<uuid:pk>/keep-running/", views.host_keep_running, name="host-keep-running"),
     path("hosts/<uuid:pk>/<str:verb>/", views.host_action, name="host-action"),
     path("orders/<uuid:pk>/cancel/", views.held_order_cancel, name="held-order-cancel"),
 ]

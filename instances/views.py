@@ -29,10 +29,11 @@ from instances.models import (
     Market,
     Order,
 )
-from instances.selectors import held_orders, orders_to_decide
+from instances.selectors import held_orders, latest_gpu_readings, orders_to_decide
+from instances.services.idle import warn_after_minutes
 from instances.usage import costs_so_far, running_seconds
 from portal import permissions
-from portal.models import Project
+from portal.models import IdlePolicy, Project
 from portal.pages import forbidden, form_errors, service_errors
 
 SORTS = [
@@ -239,11 +240,13 @@ def _host_rows(request: HttpRequest) -> dict:
     managed = permissions.managed_project_ids(request.user)
     rows = list(_hosts_queryset(request)[:200])
     costs = costs_so_far(rows, now=now)  # the whole page at once, as metering bills it
+    readings = latest_gpu_readings([instance.pk for instance in rows], now=now)
     for instance in rows:
         events = list(instance.events.all())
         hosts.append(
             {
                 "i": instance,
+                "gpu": readings.get(instance.pk),
                 "running_seconds": running_seconds(events, now),
                 "cost": costs[instance.pk],
                 "ssh": instance.ssh_command,
@@ -287,6 +290,7 @@ def _visible_instance(request: HttpRequest, pk) -> Instance:
 def _host_context(request: HttpRequest, instance: Instance) -> dict:
     now = timezone.now()
     events = list(instance.events.all())
+    policy = IdlePolicy.objects.filter(project_id=instance.project_id, enabled=True).first()
     return {
         "i": instance,
         "events": list(reversed(events)),
@@ -294,8 +298,13 @@ def _host_context(request: HttpRequest, instance: Instance) -> dict:
         "cost": costs_so_far([instance], now=now)[instance.pk],
         "ssh": instance.ssh_command,
         "can_act": permissions.can_act_on_host(request.user, instance),
+        "can_keep_running": permissions.can_keep_running(request.user, instance),
+        "now": now,
         "moving": instance.status in Instance.MOVING or instance.status == "requested",
         "extendable": instance.status in Instance.LEASED and instance.lease_expires_at,
+        "gpu": latest_gpu_readings([instance.pk], now=now).get(instance.pk),
+        "idle_policy": policy,
+        "idle_for": warn_after_minutes(policy) if policy else None,
     }
 
 
@@ -315,6 +324,22 @@ def _host_back(request: HttpRequest, *, pk, verb: str = "") -> str:
     if not url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
         back = reverse("host", args=[pk])
     return back
+
+
+@require_POST
+@service_errors(back=_host_back)
+def host_keep_running(request: HttpRequest, pk) -> HttpResponse:
+    """Keep running: hold off the idle stop (the answer to its warning)."""
+    instance = _visible_instance(request, pk)
+    row = services.instance_keep_running(instance=instance, user=request.user)
+    if request.headers.get("HX-Target", "") == "host-panel":
+        return host_panel_partial(request, pk)
+    messages.success(
+        request,
+        f"{instance.instance_type} keeps running: no idle stop before "
+        f"{row.idle_snoozed_until:%b %-d, %H:%M} UTC.",
+    )
+    return redirect(_host_back(request, pk=pk))
 
 
 @require_POST

@@ -229,6 +229,34 @@ class ApprovalPolicy(models.Model):
         return f"approval policy of {self.project}"
 
 
+class IdlePolicy(models.Model):
+    """When a project's hosts count as idle and are stopped: GPU utilisation below
+    ``threshold_percent`` for ``idle_minutes``, with a warning ``warning_minutes`` before.
+    Defined here with the project; enforced by instances (which reads its own telemetry)."""
+
+    project = models.OneToOneField(Project, on_delete=models.CASCADE, related_name="idle_policy")
+    enabled = models.BooleanField(default=True)
+    threshold_percent = models.PositiveSmallIntegerField(
+        default=5, help_text="A host is idle while its GPU utilisation stays below this"
+    )
+    idle_minutes = models.PositiveIntegerField(
+        default=60, help_text="Idle this long and the host is stopped (spot: terminated)"
+    )
+    warning_minutes = models.PositiveIntegerField(
+        default=5, help_text="The owner is warned this long before the stop"
+    )
+    snooze_hours = models.PositiveIntegerField(
+        default=4, help_text="Keep running holds off the idle stop this long"
+    )
+    updated_by = models.ForeignKey(
+        "portal.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"idle policy of {self.project}"
+
+
 class Notice(models.Model):
     """A message for one user in the portal (and by email): approvals, refusals, budgets."""
 

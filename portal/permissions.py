@@ -137,6 +137,16 @@ def can_set_approval_policy(user, project) -> bool:
     return can_manage(user, project)
 
 
+def can_set_idle_policy(user, project) -> bool:
+    """Who decides when the project's idle hosts are stopped."""
+    return can_manage(user, project)
+
+
+def can_keep_running(user, host) -> bool:
+    """Who may hold off a host's idle stop: whoever may stop it."""
+    return can_act_on_host(user, host)
+
+
 def can_set_quotas(user) -> bool:
     return is_admin(user)
 

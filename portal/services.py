@@ -17,6 +17,7 @@ from portal.errors import Forbidden
 from portal.models import (
     ApiToken,
     ApprovalPolicy,
+    IdlePolicy,
     Membership,
     Notice,
     Project,
@@ -177,6 +178,43 @@ def approval_policy_set(*, project: Project, actor: User, **values) -> ApprovalP
         setattr(policy, name, value)
     policy.updated_by = actor
     policy.full_clean()
+    policy.save()
+    return policy
+
+
+IDLE_POLICY_FIELDS = (
+    "enabled",
+    "threshold_percent",
+    "idle_minutes",
+    "warning_minutes",
+    "snooze_hours",
+)
+
+
+@transaction.atomic
+def idle_policy_set(*, project: Project, actor: User, **values) -> IdlePolicy:
+    """Set when the project's hosts count as idle and are stopped (instances enforces it)."""
+    if not permissions.can_set_idle_policy(actor, project):
+        raise Forbidden("Only admins and the project's managers change its idle stop.")
+    policy = IdlePolicy.objects.select_for_update().filter(project=project).first()
+    policy = policy or IdlePolicy(project=project)
+    for name in IDLE_POLICY_FIELDS:
+        if name in values:
+            setattr(policy, name, values[name])
+    problems = []
+    if not 1 <= policy.threshold_percent <= 100:
+        problems.append("The threshold is a GPU utilisation from 1 to 100 %.")
+    if not 1 <= policy.warning_minutes < policy.idle_minutes:
+        problems.append(
+            "The warning comes at least a minute before the stop, within the idle time."
+        )
+    if policy.idle_minutes > 7 * 24 * 60:
+        problems.append("The idle time is at most a week (10080 minutes).")
+    if not 1 <= policy.snooze_hours <= 168:
+        problems.append("Keep running holds a host from 1 to 168 hours.")
+    if problems:
+        raise ValidationError(" ".join(problems))
+    policy.updated_by = actor
     policy.save()
     return policy
 

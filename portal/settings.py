@@ -354,6 +354,15 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": env_int("PORTAL_LEASE_WARN_SECONDS", 60),
     },
     "expire-orders": {"task": "instances.tasks.expire_orders", "schedule": 3600},
+    "collect-telemetry": {
+        "task": "instances.tasks.collect_telemetry",
+        "schedule": env_int("PORTAL_TELEMETRY_SECONDS", 60),
+    },
+    "compact-telemetry": {"task": "instances.tasks.compact_telemetry", "schedule": 3600},
+    "stop-idle-hosts": {
+        "task": "instances.tasks.stop_idle_hosts",
+        "schedule": env_int("PORTAL_IDLE_CHECK_SECONDS", 60),
+    },
     "refresh-spot-prices": {
         "task": "billing.tasks.refresh_spot_prices",
         "schedule": env_int("PORTAL_SPOT_PRICE_REFRESH_SECONDS", 300),
@@ -396,6 +405,19 @@ PORTAL_EC2_SECURITY_GROUP_IDS = env_list("PORTAL_EC2_SECURITY_GROUP_IDS")
 PORTAL_EC2_INSTANCE_PROFILE = env_str("PORTAL_EC2_INSTANCE_PROFILE")
 PORTAL_EC2_KMS_KEY_ID = env_str("PORTAL_EC2_KMS_KEY_ID")
 PORTAL_EC2_ROOT_VOLUME_GB = env_int("PORTAL_EC2_ROOT_VOLUME_GB", 200)
+
+# GPU telemetry and the idle stop (instances/services/telemetry.py, idle.py).
+# How often readings are gathered from the simulated cloud and idle hosts are looked for.
+PORTAL_TELEMETRY_SECONDS = env_int("PORTAL_TELEMETRY_SECONDS", 60)
+PORTAL_IDLE_CHECK_SECONDS = env_int("PORTAL_IDLE_CHECK_SECONDS", 60)
+# Minute readings are kept this long, then folded into hourly ones.
+PORTAL_TELEMETRY_MINUTE_RETENTION_HOURS = env_int("PORTAL_TELEMETRY_MINUTE_RETENTION_HOURS", 48)
+# A reading up to this far ahead of the portal's clock is clamped to now; further is refused.
+PORTAL_TELEMETRY_MAX_SKEW_SECONDS = env_int("PORTAL_TELEMETRY_MAX_SKEW_SECONDS", 120)
+# A host whose latest reading is older than this has no recent telemetry: never judged idle.
+PORTAL_TELEMETRY_FRESH_MINUTES = env_int("PORTAL_TELEMETRY_FRESH_MINUTES", 3)
+# Where a host's agent posts its readings (the portal's address as the hosts reach it).
+PORTAL_AGENT_URL = env_str("PORTAL_AGENT_URL", "http://localhost:8000")
 
 # Orders.
 PORTAL_LEASE_DEFAULT_HOURS = env_int("PORTAL_LEASE_DEFAULT_HOURS", 24)

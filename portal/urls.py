@@ -8,9 +8,10 @@ from rest_framework.routers import DefaultRouter
 from audit.api import AuditEventViewSet
 from billing.api import BudgetViewSet, CostViewSet
 from instances.api import ImageViewSet, InstanceTypeViewSet, InstanceViewSet, OrderViewSet
+from instances.api.telemetry import InstanceMetricsView
 from portal import metrics_http
 from portal.api import ProjectViewSet, QuotaViewSet, TokenViewSet
-from portal.views import account, dashboard, health, quotas
+from portal.views import account, dashboard, health, idle, quotas
 
 
 class ApiDocsView(SpectacularSwaggerSplitView):
@@ -48,11 +49,17 @@ urlpatterns = [
     path("quotas/", quotas.quotas_page, name="quotas"),
     path("quotas/<slug:slug>/", quotas.quota_save, name="quota-save"),
     path("quotas/<slug:slug>/policy/", quotas.policy_save, name="policy-save"),
+    path("projects/<slug:slug>/idle-policy/", idle.idle_policy_page, name="idle-policy"),
     path("account/tokens/", account.tokens_page, name="tokens"),
     path("", include("instances.urls")),  # catalog, ordering, hosts, approvals
     path("", include("audit.urls")),
     path("", include("billing.urls")),  # costs, budgets, reconciliation
     path("admin/", admin.site.urls),
+    path(
+        "api/v1/instances/<uuid:pk>/metrics/",
+        InstanceMetricsView.as_view(),
+        name="instance-metrics",
+    ),
     path("api/v1/", include(router.urls)),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/v1/docs/", ApiDocsView.as_view(url_name="api-schema"), name="api-docs"),

@@ -137,11 +137,17 @@ def in_process():
 
 
 def _schema(world: World, who: str):
+    from instances.models import Instance
+    from instances.services import agent_credential_issue
+
     token = world.tokens[who]
-    # Given as the bearerToken scheme's credentials, so Schemathesis sends it on every call
-    # except the ones where it is testing a missing or broken Authorization header.
+    # The host's own agent credential, for the one operation only a host's agent calls.
+    host = Instance.objects.get(pk=world.path_values["/api/v1/instances/"][0])
+    agent = f"Agent {agent_credential_issue(instance=host)}"
+    # Given as the schemes' credentials, so Schemathesis sends them on every call except the
+    # ones where it is testing a missing or broken Authorization header.
     config = schemathesis.Config.from_dict(
-        {"auth": {"openapi": {"bearerToken": {"bearer": token}}}}
+        {"auth": {"openapi": {"bearerToken": {"bearer": token}, "agentToken": {"api_key": agent}}}}
     )
     return schemathesis.openapi.from_wsgi(
         "/api/v1/schema/",
@@ -199,6 +205,23 @@ def give_real_references(case, world: World, who: str) -> None:
         body.pop("max_spot_price", None)
         if body.get("market") != "spot":
             body.pop("interruption_policy", None)
+    elif path.endswith("/metrics/") and method == "POST" and body is not None:
+        from instances.models import Instance
+        from instances.services.telemetry import agent_secret
+
+        # Only the host's own agent posts here: its credential, whichever scheme was drawn.
+        host = Instance.objects.get(pk=world.path_values["/api/v1/instances/"][0])
+        case.headers = {**(case.headers or {}), "Authorization": f"Agent {agent_secret(host)}"}
+        # The schema cannot say "within the last 48 hours": readings of the last minutes.
+        for index, reading in enumerate(body.get("readings") or []):
+            if isinstance(reading, dict):
+                reading["at"] = (timezone.now() - timedelta(minutes=index)).isoformat()
+    elif path.endswith("/idle-policy/") and method == "PUT" and body is not None:
+        # Nor "the warning comes before the stop": keep the two in order.
+        idle = body.get("idle_minutes", 60)
+        if isinstance(idle, int) and isinstance(body.get("warning_minutes", 5), int):
+            body["idle_minutes"] = max(idle, 6)
+            body["warning_minutes"] = min(body.get("warning_minutes", 5), body["idle_minutes"] - 1)
     elif path.startswith("/api/v1/quotas/") and method in ("POST", "PUT", "PATCH") and body:
         if "project" in body:
             body["project"] = _pick(world.projects["ada"], body["project"])

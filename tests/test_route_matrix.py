@@ -18,7 +18,7 @@ from django.test import Client
 from django.urls import URLResolver, get_resolver, reverse
 
 from audit.models import AuditEvent
-from portal.services import approval_policy_set, quota_set, token_issue
+from portal.services import approval_policy_set, idle_policy_set, quota_set, token_issue
 from tests.conftest import ED25519, PASSWORD
 
 PERSONAS = ("alice", "bob", "carol", "ada", "fin", "anonymous")
@@ -46,6 +46,9 @@ EXPECTED: dict[tuple[str, str], tuple[int, ...]] = {
     ("host-action", "POST"): (302, 403, 404, 302, 403, 302),
     ("host-extend", "POST"): (302, 403, 404, 302, 403, 302),
     ("held-order-cancel", "POST"): (302, 403, 404, 302, 403, 302),
+    ("host-keep-running", "POST"): (302, 403, 404, 302, 403, 302),
+    ("idle-policy", "GET"): (200, 200, 404, 200, 200, 302),
+    ("idle-policy", "POST"): (403, 403, 404, 302, 403, 302),
     ("audit-events", "GET"): (403, 403, 403, 200, 403, 302),
     ("audit-event", "GET"): (404, 404, 404, 200, 404, 302),
     ("audit-export-csv", "GET"): (403, 403, 403, 200, 403, 302),
@@ -84,6 +87,13 @@ EXPECTED: dict[tuple[str, str], tuple[int, ...]] = {
     ("instance-stop", "POST"): (202, 403, 404, 202, 403, 401),
     ("instance-terminate", "POST"): (202, 403, 404, 202, 403, 401),
     ("instance-extend", "POST"): (200, 403, 404, 200, 403, 401),
+    ("instance-keep-running", "POST"): (200, 403, 404, 200, 403, 401),
+    # People read a host's series; only the host's own agent posts (tests/instances/
+    # test_telemetry.py: the agent's 201, another host's 403).
+    ("instance-metrics", "GET"): (200, 200, 404, 200, 200, 401),
+    ("instance-metrics", "POST"): (403, 403, 403, 403, 403, 401),
+    ("project-idle-policy", "GET"): (200, 200, 404, 200, 200, 401),
+    ("project-idle-policy", "PUT"): (403, 403, 404, 200, 403, 401),
     ("quota-list", "GET"): (200, 200, 200, 200, 200, 401),
     ("quota-list", "POST"): (403, 403, 403, 201, 403, 401),
     ("quota-detail", "GET"): (200, 200, 404, 200, 200, 401),
@@ -148,6 +158,8 @@ PAGE_METHODS = {
     "host-action": ["POST"],
     "host-extend": ["POST"],
     "held-order-cancel": ["POST"],
+    "host-keep-running": ["POST"],
+    "idle-policy": ["GET", "POST"],
     "order": ["GET", "POST"],
     "tokens": ["GET", "POST"],
     "budgets": ["GET", "POST"],
@@ -202,6 +214,7 @@ def world(catalog, alice, bob, carol, ada, fin, projects, running_host, place_or
     host = running_host()
     spot = running_host(market="spot")
     approval_policy_set(project=vision, actor=ada, gpus_above=2)
+    idle_policy_set(project=vision, actor=ada, enabled=True)
     pending = place_order(alice, count=3)
     quota = quota_set(project=vision, actor=ada, max_gpus=100)
     token, _ = token_issue(user=alice, name="laptop")
@@ -234,6 +247,11 @@ def _request(world, name: str, method: str) -> tuple[str, dict]:
         "held-order-cancel": {"pk": pending.pk},
         "order-cancel": {"pk": pending.pk},
         "instance-extend": {"pk": host.pk},
+        "host-keep-running": {"pk": host.pk},
+        "idle-policy": {"slug": "vision-lab"},
+        "instance-keep-running": {"pk": host.pk},
+        "instance-metrics": {"pk": host.pk},
+        "project-idle-policy": {"slug": "vision-lab"},
         "audit-event": {"seq": world["event"].seq},
         "audit-event-detail": {"seq": world["event"].seq},
         "instance-type-detail": {"name": "g5.xlarge"},
@@ -272,6 +290,17 @@ def _request(world, name: str, method: str) -> tuple[str, dict]:
         ("budgets", "POST"): {"project": "vision-lab", "vision-lab-monthly_amount": "5000"},
         ("budget-detail", "PUT"): {"monthly_amount": "5000.00"},
         ("quota-save", "POST"): {"vision-lab-max_gpus": "50"},
+        ("project-idle-policy", "PUT"): {"enabled": True, "idle_minutes": 30},
+        ("idle-policy", "POST"): {
+            "enabled": "on",
+            "threshold_percent": "5",
+            "idle_minutes": "60",
+            "warning_minutes": "5",
+            "snooze_hours": "4",
+        },
+        ("instance-metrics", "POST"): {
+            "readings": [{"at": "2026-11-17T10:00:00Z", "utilization": 5, "memory_used_mib": 1}]
+        },
         ("policy-save", "POST"): {
             "policy-vision-lab-gpus_above": "4",
             "policy-vision-lab-expire_after_days": "3",

@@ -20,6 +20,7 @@ from instances.models import (
     Market,
     Order,
 )
+from instances.selectors import latest_gpu_readings
 from instances.sshkeys import validate_public_key
 from instances.usage import costs_so_far, running_seconds
 from portal.models import Project
@@ -234,10 +235,25 @@ class InstanceSerializer(serializers.ModelSerializer):
 
 class InstanceDetailSerializer(InstanceSerializer):
     events = EventSerializer(many=True, read_only=True)
+    gpu_utilization = serializers.SerializerMethodField(
+        help_text="GPU utilisation in percent from the latest reading; null when there is no "
+        "recent one (see metrics/ for the series)"
+    )
 
     class Meta(InstanceSerializer.Meta):
-        fields = [*InstanceSerializer.Meta.fields, "events"]
+        fields = [
+            *InstanceSerializer.Meta.fields,
+            "gpu_utilization",
+            "idle_stop_at",
+            "idle_snoozed_until",
+            "events",
+        ]
         read_only_fields = fields
+
+    def get_gpu_utilization(self, instance) -> int | None:
+        now = self.context.get("now") or timezone.now()
+        latest = latest_gpu_readings([instance.pk], now=now).get(instance.pk)
+        return latest["utilization"] if latest else None
 
 
 # An estimate multiplies a rate by hosts and hours: more digits than one rate.

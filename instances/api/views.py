@@ -25,6 +25,7 @@ from instances.api.serializers import (
     OrderSerializer,
     RejectionSerializer,
 )
+from instances.api.telemetry import KeepRunningActions
 from instances.models import (
     Image,
     Instance,
@@ -169,8 +170,9 @@ class OrderViewSet(
         return Response(EstimateSerializer(estimate).data)
 
 
-class InstanceViewSet(viewsets.ReadOnlyModelViewSet):
-    """Hosts of the caller's projects, with stop, start, terminate and lease extension."""
+class InstanceViewSet(KeepRunningActions, viewsets.ReadOnlyModelViewSet):
+    """Hosts of the caller's projects, with stop, start, terminate, lease extension and
+    keep-running."""
 
     filterset_class = InstanceFilter
 

@@ -92,6 +92,8 @@ class LaunchRequest:
     ssh_public_key: str
     max_spot_price: Decimal | None = None
     tags: dict[str, str] = field(default_factory=dict)
+    # The host's telemetry agent credential, for clouds whose hosts post their own readings.
+    agent_token: str = ""
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,14 @@ class Provider(abc.ABC):
     """A cloud. Implementations must be safe to call again with the same arguments."""
 
     name: str
+    # GPU telemetry: True when the portal asks the cloud for readings (gpu_readings); False when
+    # each host's agent posts its own (installed by cloud-init, see instances/agent.py).
+    reports_gpu_readings: bool = False
+
+    def gpu_readings(self, minute: datetime) -> dict[str, tuple[int, int]]:
+        """Each running host's GPU utilisation (percent) and memory in use (MiB) during one
+        minute, by cloud id. Only clouds with ``reports_gpu_readings`` answer."""
+        raise NotImplementedError(f"{self.name} hosts post their own GPU readings")
 
     @abc.abstractmethod
     def instance_types(self) -> list[InstanceTypeSpec]:

@@ -15,6 +15,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from django.conf import settings
 from django.utils import timezone
 
+from instances.agent import agent_cloud_config
 from instances.providers.base import (
     TAG_DEPLOYMENT,
     TAG_INSTANCE,
@@ -169,6 +170,12 @@ class EC2Provider(Provider):
         # JSON strings are YAML strings: a key comment such as "alice: x #y" stays one string.
         key = json.dumps(request.ssh_public_key)
         user_data = f"#cloud-config\nssh_authorized_keys:\n  - {key}\n"
+        if request.agent_token:
+            user_data += agent_cloud_config(
+                portal_url=settings.PORTAL_AGENT_URL,
+                instance_id=request.instance_uuid,
+                token=request.agent_token,
+            )
         ebs = {
             "VolumeSize": settings.PORTAL_EC2_ROOT_VOLUME_GB,
             "VolumeType": "gp3",

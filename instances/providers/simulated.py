@@ -39,6 +39,7 @@ from instances.providers.base import (
     launch_tags,
 )
 from instances.providers.faults import FAULT_DICE, Faults, unit_hash
+from instances.providers.gpu_profile import gpu_sample
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,7 @@ _EPOCH = datetime(2020, 1, 1, tzinfo=UTC)
 
 class SimulatedProvider(Provider):
     name = "simulated"
+    reports_gpu_readings = True
 
     def __init__(self) -> None:
         self.region = settings.PORTAL_REGION
@@ -465,6 +467,32 @@ class SimulatedProvider(Provider):
         if row.market != "spot":
             raise ProviderPermanentError(f"{cloud_id} is not a spot host.", code="NotSpot")
         return self._end(row, SPOT_INTERRUPTION_REASON)
+
+    def gpu_readings(self, minute: datetime) -> dict[str, tuple[int, int]]:
+        """Every running host's reading for the minute, from its profile: one query however
+        many hosts (the telemetry pass reads 10,000 at once)."""
+        shapes = {row["name"]: row for row in self._rows()}
+        readings = {}
+        rows = SimulatedHost.objects.filter(state=SimulatedHost.State.RUNNING).values_list(
+            "cloud_id", "instance_type", "gpu_profile", "launched_at"
+        )
+        for cloud_id, instance_type, profile, launched_at in rows:
+            shape = shapes.get(instance_type, {"gpu_count": 1, "gpu_memory_gib": 24})
+            sample = gpu_sample(
+                seed=self.seed,
+                cloud_id=cloud_id,
+                profile=profile,
+                launched_at=launched_at,
+                minute=minute,
+                gpu_count=shape["gpu_count"],
+                gpu_memory_gib=shape["gpu_memory_gib"],
+            )
+            readings[cloud_id] = (sample.utilization, sample.memory_used_mib)
+        return readings
+
+    def set_gpu_profile(self, cloud_id: str, profile: dict) -> None:
+        """The console's way to make a host busy or idle (``simulated_cloud profile``)."""
+        SimulatedHost.objects.filter(pk=self._get(cloud_id).pk).update(gpu_profile=profile)
 
     def kill(self, cloud_id: str) -> CloudHost:
         """Terminate a host without telling the portal (someone used the cloud console)."""

@@ -9,6 +9,8 @@ one module per concern:
 - cloud: the worker side, talking to the cloud and recording what it said
 - reconcile: the loop that repairs lost and doubled work
 - leases: warnings before a lease ends, extensions, hosts whose lease ended
+- telemetry: GPU readings in (simulated cloud, host agents), kept per minute then per hour
+- idle: the idle stop, its warning and Keep running
 - queue: sending tasks once a transaction commits
 
 Reads live in instances/selectors.py; who may do what in portal/permissions.py.
@@ -50,6 +52,11 @@ from instances.services.cloud import (
     launch_order_key,
     launch_request,
 )
+from instances.services.idle import (
+    IdleReport,
+    idle_check,
+    instance_keep_running,
+)
 from instances.services.leases import (
     LeaseLimitExceeded,
     instance_extend_lease,
@@ -79,6 +86,16 @@ from instances.services.reconcile import (
     ReconcileReport,
     reconcile,
 )
+from instances.services.telemetry import (
+    IngestReport,
+    Reading,
+    agent_authenticate,
+    agent_credential_issue,
+    reading_problem,
+    readings_ingest,
+    telemetry_collect,
+    telemetry_compact,
+)
 from instances.services.transitions import (
     IllegalTransition,
     actor_of,
@@ -94,17 +111,23 @@ __all__ = [
     "GAVE_UP",
     "REENQUEUED",
     "Estimate",
+    "IdleReport",
     "IllegalTransition",
+    "IngestReport",
     "LeaseLimitExceeded",
     "OrderRequest",
+    "Reading",
     "ReconcileReport",
     "SyncReport",
     "actor_of",
+    "agent_authenticate",
+    "agent_credential_issue",
     "approval_needed",
     "approvers_ask",
     "audit_change",
     "enqueue",
     "failure_reason",
+    "idle_check",
     "image_save",
     "image_upsert",
     "instance_action_refused",
@@ -112,6 +135,7 @@ __all__ = [
     "instance_cloud_action",
     "instance_extend_lease",
     "instance_fail",
+    "instance_keep_running",
     "instance_note",
     "instance_provision",
     "instance_record_host",
@@ -143,5 +167,9 @@ __all__ = [
     "order_transition",
     "order_validate",
     "orders_expire",
+    "reading_problem",
+    "readings_ingest",
     "reconcile",
+    "telemetry_collect",
+    "telemetry_compact",
 ]

@@ -22,6 +22,7 @@ from instances.providers.base import (
     Provider,
 )
 from instances.selectors import instance_load
+from instances.services.telemetry import agent_credential_issue, agent_secret
 from instances.services.transitions import instance_note, instance_transition, instance_walk
 from portal.services import notice_send
 
@@ -63,6 +64,7 @@ def launch_request(instance: Instance) -> LaunchRequest:
         market=instance.market,
         ssh_public_key=order.ssh_public_key,
         max_spot_price=order.max_spot_price,
+        agent_token=agent_secret(instance),
         tags={
             TAG_INSTANCE: str(instance.id),
             TAG_PROJECT: instance.project.slug,
@@ -195,6 +197,7 @@ def instance_provision(*, instance_id, provider: Provider | None = None) -> Inst
     if existing:
         host = min(existing, key=launch_order_key)
     else:
+        agent_credential_issue(instance=instance)
         host = provider.launch(launch_request(instance))
     instance = instance_load(instance_id)
     if not instance.is_live or instance.status == Instance.Status.TERMINATING:

@@ -12,6 +12,7 @@ from django.utils import timezone
 from audit.services import audit_record_system
 from instances.metrics import provisioning_observed
 from instances.models import (
+    HostAgentCredential,
     Instance,
     InstanceEvent,
     Order,
@@ -46,6 +47,9 @@ def order_transition(*, order: Order, to: str, reason: str, actor: str) -> tuple
 
 
 # --- the instance state machine --------------------------------------------------------------
+
+
+ENDED = frozenset({Instance.Status.TERMINATED, Instance.Status.FAILED})
 
 
 class IllegalTransition(Conflict):
@@ -91,6 +95,11 @@ def instance_transition(
         InstanceEvent.objects.create(
             instance=row, old_status=old, new_status=to, reason=reason[:500], at=at, actor=actor
         )
+        if to in ENDED:
+            # The host's telemetry agent loses its credential with the host.
+            HostAgentCredential.objects.filter(instance=row, revoked_at__isnull=True).update(
+                revoked_at=at
+            )
         audit_change(actor, action=f"{old}->{to}", object_ref=f"instance:{row.pk}", reason=reason)
         if to == Instance.Status.RUNNING and old in (
             Instance.Status.REQUESTED,

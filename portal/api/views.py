@@ -18,6 +18,7 @@ from rest_framework.throttling import ScopedRateThrottle
 from audit.services import audit_set_actor, audit_set_object
 from portal import permissions
 from portal.api.filters import ProjectFilter
+from portal.api.idle import IdlePolicyActions
 from portal.api.serializers import (
     ProjectSerializer,
     QuotaSerializer,
@@ -30,8 +31,9 @@ from portal.models import ApiToken, Quota
 from portal.services import quota_delete, quota_set, token_issue, token_revoke
 
 
-class ProjectViewSet(viewsets.ReadOnlyModelViewSet):
-    """Projects the caller belongs to (admins and finance: all projects)."""
+class ProjectViewSet(IdlePolicyActions, viewsets.ReadOnlyModelViewSet):
+    """Projects the caller belongs to (admins and finance: all projects), with their idle
+    stop."""
 
     serializer_class = ProjectSerializer
     lookup_field = "slug"

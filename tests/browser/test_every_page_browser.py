@@ -64,6 +64,7 @@ def pages_for(role: str, world) -> list[str]:
         "/catalog/g5.xlarge/order/",
         "/hosts/",
         f"/hosts/{host.pk}/",
+        f"/projects/{host.project.slug}/idle-policy/",
         "/account/tokens/",
         "/activity/",
         "/costs/",

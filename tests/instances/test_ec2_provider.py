@@ -270,3 +270,23 @@ def test_an_unreachable_endpoint_is_worth_retrying(ec2):
     with pytest.raises(ProviderTransientError) as error:
         ec2.describe(["i-0123456789abcdef0"])
     assert error.value.code == "EndpointConnectionError"
+
+
+def test_cloud_init_installs_the_gpu_agent_with_the_hosts_own_credential(
+    moto_ec2, launch, settings
+):
+    settings.PORTAL_AGENT_URL = "https://portal.example.org"
+    instance = launch(agent_token="gpa_secret")
+    reply = moto_ec2.describe_instance_attribute(
+        InstanceId=instance["InstanceId"], Attribute="userData"
+    )
+    config = yaml.safe_load(base64.b64decode(reply["UserData"]["Value"]).decode())
+    assert config["ssh_authorized_keys"] == [SSH_KEY]
+    files = {item["path"]: item for item in config["write_files"]}
+    env = files["/etc/portal-agent.env"]
+    assert env["permissions"] == "0600"
+    assert "PORTAL_AGENT_TOKEN=gpa_secret\n" in env["content"]
+    assert "PORTAL_AGENT_URL=https://portal.example.org\n" in env["content"]
+    assert "nvidia-smi" in files["/usr/local/bin/portal-gpu-agent"]["content"]
+    compile(files["/usr/local/bin/portal-gpu-agent"]["content"], "agent", "exec")
+    assert ["systemctl", "enable", "--now", "portal-gpu-agent.timer"] in config["runcmd"]

@@ -31,6 +31,8 @@ order at all                        N    Y    Y    Y    Y   Y    N   N   N
 order in vision-lab                 N    Y    Y    N    Y   Y    N   N   N
 manage vision-lab                   N    N    Y    N    Y   Y    N   N   N
 set vision-lab's approval policy    N    N    Y    N    Y   Y    N   N   N
+set vision-lab's idle stop          N    N    Y    N    Y   Y    N   N   N
+keep alice's host running           N    Y    Y    N    Y   Y    N   N   N
 set quotas                          N    N    N    N    Y   Y    N   N   N
 act on alice's host in vision-lab   N    Y    Y    N    Y   Y    N   N   N
 act on carol's host in nlp-lab      N    N    N    Y    Y   Y    N   N   N
@@ -111,6 +113,10 @@ def _questions(w):
         "manage vision-lab": lambda u: permissions.can_manage(u, w.vision),
         "set vision-lab's approval policy": lambda u: permissions.can_set_approval_policy(
             u, w.vision
+        ),
+        "set vision-lab's idle stop": lambda u: permissions.can_set_idle_policy(u, w.vision),
+        "keep alice's host running": lambda u: permissions.can_keep_running(
+            u, host("alice", w.vision)
         ),
         "set quotas": permissions.can_set_quotas,
         "act on alice's host in vision-lab": lambda u: permissions.can_act_on_host(

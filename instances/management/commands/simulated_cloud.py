@@ -4,11 +4,13 @@ them, and show which faults the cloud's API is set to have."""
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
 
 from audit.services import audit_record_system
 from instances.models import Instance
 from instances.providers.base import ProviderError
 from instances.providers.faults import Faults
+from instances.providers.gpu_profile import profile_of
 from instances.providers.simulated import SimulatedProvider
 
 
@@ -16,13 +18,17 @@ class Command(BaseCommand):
     help = (
         "The simulated cloud's console. `interrupt HOST` takes a spot host back as EC2 does; "
         "`terminate HOST` ends any host without telling the portal; `list` shows every host; "
-        "`faults` shows how the cloud's API is set to misbehave (PORTAL_SIMULATED_* settings). "
+        "`faults` shows how the cloud's API is set to misbehave (PORTAL_SIMULATED_* settings); "
+        "`profile HOST busy|idle|B:I` sets how busy a host's GPUs are from now (B minutes busy, "
+        "then I idle, repeating). "
         "HOST is a cloud id (i-...) or a portal instance id. The portal notices on its next "
         "reconcile pass."
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("action", choices=["interrupt", "terminate", "list", "faults"])
+        parser.add_argument(
+            "action", choices=["interrupt", "terminate", "list", "faults", "profile"]
+        )
         parser.add_argument("hosts", nargs="*", help="cloud ids or portal instance ids")
 
     def handle(self, *args, action: str, hosts: list[str], **options):
@@ -40,6 +46,9 @@ class Command(BaseCommand):
             return
         if not hosts:
             raise CommandError(f"Name at least one host to {action}.")
+        if action == "profile":
+            self._profile(provider, hosts)
+            return
         for name in hosts:
             cloud_id = self._cloud_id(name)
             try:
@@ -58,6 +67,27 @@ class Command(BaseCommand):
                 summary={"state": host.state, "reason": host.state_reason},
             )
             self.stdout.write(f"{host.cloud_id}: {host.state} ({host.state_reason})")
+
+    def _profile(self, provider: SimulatedProvider, hosts: list[str]) -> None:
+        if len(hosts) != 2:
+            raise CommandError("Say one host and a profile: profile HOST busy|idle|B:I.")
+        cloud_id = self._cloud_id(hosts[0])
+        try:
+            profile = profile_of(hosts[1], now=timezone.now())
+            provider.set_gpu_profile(cloud_id, profile)
+        except (ValueError, ProviderError) as error:
+            raise CommandError(str(error)) from error
+        audit_record_system(
+            name="simulated_cloud",
+            kind="command",
+            action="profile",
+            object_ref=f"cloud:{cloud_id}",
+            summary=profile,
+        )
+        self.stdout.write(
+            f"{cloud_id}: GPUs busy {profile['busy_minutes']} min, idle "
+            f"{profile['idle_minutes']} min, from {profile['start']}"
+        )
 
     def _faults(self, faults: Faults) -> None:
         lines = [

@@ -1,0 +1,90 @@
+"""How busy a simulated host's GPUs are, minute by minute: a cycle of busy and idle phases.
+
+A profile is a small dict kept on the simulated host (``SimulatedHost.gpu_profile``)::
+
+    {"busy_minutes": 90, "idle_minutes": 30, "start": "2026-11-30T14:00:00+00:00",
+     "busy_percent": 85, "idle_percent": 1}
+
+busy first, from ``start``; ``idle_minutes`` 0 is always busy, ``busy_minutes`` 0 always idle.
+An empty profile is drawn from the seed and the cloud id, so every host differs and the same
+seed gives the same readings. ``simulated_cloud profile HOST busy|idle|B:I`` sets one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from instances.providers.faults import unit_hash
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One minute of a host's GPUs: mean utilisation (percent) and memory in use (MiB)."""
+
+    utilization: int
+    memory_used_mib: int
+
+
+def profile_of(spec: str, *, now: datetime) -> dict:
+    """The profile ``simulated_cloud profile`` sets: 'busy', 'idle', or 'B:I' (minutes of busy
+    then idle, repeating), starting now."""
+    spec = spec.strip().lower()
+    if spec == "busy":
+        busy, idle = 60, 0
+    elif spec == "idle":
+        busy, idle = 0, 60
+    else:
+        try:
+            busy_text, idle_text = spec.split(":")
+            busy, idle = int(busy_text), int(idle_text)
+        except ValueError:
+            raise ValueError(
+                f"'{spec}' is not a profile: say busy, idle, or B:I (busy then idle minutes)."
+            ) from None
+        if busy < 0 or idle < 0 or busy + idle == 0:
+            raise ValueError("Busy and idle minutes are whole numbers, not both 0.")
+    start = now.replace(second=0, microsecond=0)
+    return {"busy_minutes": busy, "idle_minutes": idle, "start": start.isoformat()}
+
+
+def _drawn(seed: int, cloud_id: str, launched_at: datetime) -> dict:
+    return {
+        "busy_minutes": 60 + int(180 * unit_hash(seed, cloud_id, "busy")),
+        "idle_minutes": 20 + int(100 * unit_hash(seed, cloud_id, "idle")),
+        "start": launched_at.isoformat(),
+    }
+
+
+def is_busy(profile: dict, minute: datetime) -> bool:
+    busy = int(profile["busy_minutes"])
+    period = busy + int(profile["idle_minutes"])
+    start = datetime.fromisoformat(profile["start"])
+    if minute < start:
+        return True
+    elapsed = int((minute - start) / timedelta(minutes=1))
+    return elapsed % period < busy
+
+
+def gpu_sample(
+    *,
+    seed: int,
+    cloud_id: str,
+    profile: dict,
+    launched_at: datetime,
+    minute: datetime,
+    gpu_count: int,
+    gpu_memory_gib: int,
+) -> GpuSample:
+    """The reading a host reports for one minute: the same inputs give the same reading."""
+    profile = profile or _drawn(seed, cloud_id, launched_at)
+    jitter = unit_hash(seed, cloud_id, "gpu", minute.isoformat())
+    total_mib = gpu_count * gpu_memory_gib * 1024
+    if is_busy(profile, minute):
+        utilization = min(100, int(profile.get("busy_percent", 85)) + int(15 * jitter))
+        memory = int(total_mib * (0.6 + 0.3 * jitter))
+    else:
+        utilization = min(100, int(profile.get("idle_percent", 0)) + int(3 * jitter))
+        # An idle notebook still holds the memory its kernel allocated.
+        memory = int(total_mib * 0.4)
+    return GpuSample(utilization=utilization, memory_used_mib=memory)

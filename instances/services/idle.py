@@ -1,0 +1,238 @@
+"""The idle stop: a running host whose GPUs stay below its project's threshold for the policy's
+minutes is stopped (spot: terminated), after a warning its owner can answer with Keep running.
+
+Unknown is not idle: a host without fresh readings covering the whole window is never warned,
+and a warned host whose readings stop is not stopped. Every step is a timeline event and an
+audit row by ``system:idle_stop``; one aggregate query per project with a policy per pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Count, F, Max, Min, Q
+from django.urls import reverse
+from django.utils import timezone
+
+from instances.models import GpuReading, Instance
+from instances.services.leases import instance_system_stop
+from instances.services.transitions import actor_of, instance_note
+from portal import permissions
+from portal.errors import Conflict, Forbidden
+from portal.models import IdlePolicy, User
+from portal.services import notice_send
+
+log = logging.getLogger(__name__)
+
+ACTOR = "system:idle_stop"
+MINUTE = timedelta(minutes=1)
+# Readings may miss a minute now and then (a late post, a restarted agent): the window counts
+# as covered with this share of its minutes reported.
+COVERAGE = 0.9
+
+
+@dataclass
+class IdleReport:
+    warned: list[str] = field(default_factory=list)
+    stopped: list[str] = field(default_factory=list)
+    cleared: list[str] = field(default_factory=list)
+
+
+def _hhmm(at: datetime) -> str:
+    return f"{at:%H:%M} UTC"
+
+
+def warn_after_minutes(policy: IdlePolicy) -> int:
+    """How long a host is idle when its owner is warned (the rest of the policy's minutes are
+    the warning)."""
+    return max(1, policy.idle_minutes - policy.warning_minutes)
+
+
+def idle_check(*, now: datetime | None = None) -> IdleReport:
+    """One pass of the idle stop over every project with an enabled policy."""
+    now = now or timezone.now()
+    report = IdleReport()
+    _call_off_stale(report)
+    for policy in IdlePolicy.objects.filter(enabled=True).select_related("project"):
+        _check_project(policy, now, report)
+    return report
+
+
+def _call_off_stale(report: IdleReport) -> None:
+    """Warnings that no longer apply: the host stopped or ended some other way (a later start
+    must begin with a new warning, never stop at once on the old one), or its project's policy
+    was turned off or removed."""
+    Instance.objects.filter(idle_stop_at__isnull=False).exclude(
+        status=Instance.Status.RUNNING
+    ).update(idle_warned_at=None, idle_stop_at=None)
+    orphaned = Instance.objects.filter(idle_stop_at__isnull=False).exclude(
+        project__idle_policy__enabled=True
+    )
+    for instance_id, stop_at in orphaned.values_list("pk", "idle_stop_at"):
+        if _clear(instance_id, stop_at, "Idle stop called off: the project's policy is off."):
+            report.cleared.append(str(instance_id))
+
+
+def _check_project(policy: IdlePolicy, now: datetime, report: IdleReport) -> None:
+    idle_for = warn_after_minutes(policy)
+    window_start = now - idle_for * MINUTE
+    fresh_after = now - settings.PORTAL_TELEMETRY_FRESH_MINUTES * MINUTE
+    hosts = Instance.objects.filter(
+        project_id=policy.project_id, status=Instance.Status.RUNNING
+    ).exclude(idle_snoozed_until__gt=now)
+    since_warning = Q(minute__gte=F("instance__idle_warned_at") - MINUTE)
+    stats = (
+        GpuReading.objects.filter(
+            instance__in=hosts,
+            minute__gte=now - (policy.idle_minutes + policy.warning_minutes) * MINUTE,
+        )
+        .values("instance_id", "instance__idle_stop_at")
+        .annotate(
+            covered=Count("id", filter=Q(minute__gt=window_start)),
+            peak=Max("utilization", filter=Q(minute__gt=window_start)),
+            peak_since_warning=Max("utilization", filter=since_warning),
+            latest=Max("minute"),
+            first=Min("minute"),
+        )
+    )
+    seen = set()
+    for row in stats:
+        instance_id, stop_at = row["instance_id"], row["instance__idle_stop_at"]
+        seen.add(instance_id)
+        fresh = row["latest"] >= fresh_after
+        if stop_at is None:
+            idle = (
+                fresh
+                # Readings reach back to the window's start: the host has been watched (and
+                # idle) for the whole window, not just since it booted or its agent started.
+                and row["first"] <= window_start + MINUTE
+                and row["covered"] >= math.floor(idle_for * COVERAGE)
+                and row["peak"] is not None
+                and row["peak"] < policy.threshold_percent
+            )
+            if idle and _warn(instance_id, policy, now):
+                report.warned.append(str(instance_id))
+            continue
+        busy = (row["peak_since_warning"] or 0) >= policy.threshold_percent
+        if busy or not fresh:
+            why = (
+                "its GPUs are busy again"
+                if busy
+                else "its GPU readings stopped coming (unknown is not idle)"
+            )
+            if _clear(instance_id, stop_at, f"Idle stop called off: {why}."):
+                report.cleared.append(str(instance_id))
+        elif now >= stop_at and _stop(instance_id, stop_at, policy):
+            report.stopped.append(str(instance_id))
+    # A warned host with no readings at all in the window: unknown, so not stopped.
+    for instance_id, stop_at in hosts.filter(idle_stop_at__isnull=False).values_list(
+        "pk", "idle_stop_at"
+    ):
+        if instance_id not in seen and _clear(
+            instance_id, stop_at, "Idle stop called off: its GPU readings stopped coming."
+        ):
+            report.cleared.append(str(instance_id))
+
+
+def _warn(instance_id, policy: IdlePolicy, now: datetime) -> bool:
+    # The stop is announced for a whole minute, and happens at the first pass from then on.
+    stop_at = (now + policy.warning_minutes * MINUTE).replace(second=0, microsecond=0)
+    if stop_at < now + policy.warning_minutes * MINUTE:
+        stop_at += MINUTE
+    with transaction.atomic():
+        # Conditional: two passes at once warn once.
+        claimed = Instance.objects.filter(
+            pk=instance_id, status=Instance.Status.RUNNING, idle_stop_at__isnull=True
+        ).update(idle_warned_at=now, idle_stop_at=stop_at)
+        if not claimed:
+            return False
+        instance = Instance.objects.select_related("instance_type", "owner").get(pk=instance_id)
+        idle_for = warn_after_minutes(policy)
+        verb = (
+            "stopped" if instance.market == "on_demand" else "terminated (spot hosts cannot stop)"
+        )
+        text = (
+            f"Your host {instance.instance_type.name} {str(instance.pk)[:8]} has been idle for "
+            f"{idle_for} minutes (GPU below {policy.threshold_percent} %) and will be {verb} at "
+            f"{_hhmm(stop_at)}."
+        )
+        instance_note(instance=instance, note=f"Idle warning: {text}", actor=ACTOR)
+        link = reverse("host", args=[instance.pk]) + "#keep-running"
+        notice_send(
+            user=instance.owner,
+            subject=f"Idle host {instance.instance_type.name} will be {verb.split(' ')[0]} at "
+            f"{_hhmm(stop_at)}",
+            body=f"{text} Press Keep running on the host's page (or POST "
+            f"/api/v1/instances/{instance.pk}/keep-running/) to keep it for another "
+            f"{policy.snooze_hours} h.",
+            link=link,
+        )
+    return True
+
+
+def _clear(instance_id, stop_at: datetime, note: str) -> bool:
+    with transaction.atomic():
+        claimed = Instance.objects.filter(pk=instance_id, idle_stop_at=stop_at).update(
+            idle_warned_at=None, idle_stop_at=None
+        )
+        if claimed:
+            instance_note(instance=Instance.objects.get(pk=instance_id), note=note, actor=ACTOR)
+    return bool(claimed)
+
+
+def _stop(instance_id, stop_at: datetime, policy: IdlePolicy) -> bool:
+    with transaction.atomic():
+        claimed = Instance.objects.filter(
+            pk=instance_id, idle_stop_at=stop_at, status=Instance.Status.RUNNING
+        ).update(idle_warned_at=None, idle_stop_at=None)
+        if not claimed:
+            return False
+        instance_system_stop(
+            instance=Instance.objects.get(pk=instance_id),
+            reason=f"idle: GPU below {policy.threshold_percent} % for {policy.idle_minutes} "
+            f"minutes (announced for {_hhmm(stop_at)})",
+            actor=ACTOR,
+        )
+    return True
+
+
+def instance_keep_running(
+    *, instance: Instance, user: User, now: datetime | None = None
+) -> Instance:
+    """Hold off the idle stop for the project's snooze hours (the answer to the warning; it
+    may also be pressed before one)."""
+    now = now or timezone.now()
+    if not permissions.can_keep_running(user, instance):
+        raise Forbidden("You can see this host but not keep it running; ask its owner.")
+    policy = IdlePolicy.objects.filter(project_id=instance.project_id, enabled=True).first()
+    if policy is None:
+        raise Conflict(
+            f"Project {instance.project.slug} has no idle stop: this host is never stopped for "
+            "being idle.",
+            code="no_idle_policy",
+        )
+    with transaction.atomic():
+        row = Instance.objects.select_for_update().get(pk=instance.pk)
+        if row.status != Instance.Status.RUNNING:
+            raise Conflict(
+                f"This host is {row.get_status_display().lower()}; only a running host can be "
+                "kept running.",
+                code="invalid_state",
+            )
+        until = now + timedelta(hours=policy.snooze_hours)
+        row.idle_snoozed_until = until
+        row.idle_warned_at = None
+        row.idle_stop_at = None
+        row.save(update_fields=["idle_snoozed_until", "idle_warned_at", "idle_stop_at"])
+        instance_note(
+            instance=row,
+            note=f"Keep running: no idle stop until {until:%b %-d, %H:%M} UTC "
+            f"({policy.snooze_hours} h), asked by {user.username}.",
+            actor=actor_of(user),
+        )
+    return row

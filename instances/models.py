@@ -205,6 +205,9 @@ class Order(models.Model):
     decided_at = models.DateTimeField(null=True, blank=True)
     decision_reason = models.CharField(max_length=500, blank=True)
     idempotency_key = models.CharField(max_length=255, blank=True)
+    # Where the order's hosts keep their checkpoints (s3://... or file://...), fixed when the
+    # order is placed and handed unchanged to every replacement so the work resumes.
+    checkpoint_uri = models.CharField(max_length=500, blank=True)
     request_fingerprint = models.CharField(max_length=64, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -291,6 +294,13 @@ class Instance(models.Model):
     last_seen_at = models.DateTimeField(
         null=True, blank=True, help_text="Last time the cloud reported this host alive"
     )
+    # A spot host launched in place of one the cloud took back (or was about to).
+    replaces = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="replacements"
+    )
+    # The cloud's interruption warning: when it came and when the cloud will take the host.
+    spot_warning_at = models.DateTimeField(null=True, blank=True)
+    spot_interruption_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = InstanceQuerySet.as_manager()
@@ -352,6 +362,11 @@ class Instance(models.Model):
         if self.status != self.Status.RUNNING or not self.public_ip:
             return None
         return f"ssh {self.image.ssh_user}@{self.public_ip}"
+
+    @property
+    def replaced_by(self) -> Instance | None:
+        """The newest host launched in this one's place, if any."""
+        return self.replacements.order_by("-created_at", "id").first()
 
     @property
     def actions_now(self) -> list[HostAction]:
@@ -471,6 +486,12 @@ class SimulatedHost(models.Model):
     # A moving state (pending, stopping, shutting-down) settles at this time.
     settles_at = models.DateTimeField(null=True, blank=True)
     launched_at = models.DateTimeField()
+    # A spot interruption announced (rebalance recommendation and warning at warned_at) and
+    # carried out at interrupt_at.
+    warned_at = models.DateTimeField(null=True, blank=True)
+    interrupt_at = models.DateTimeField(null=True, blank=True)
+    # What cloud-init put in the host's environment (the checkpoint location).
+    environment = models.JSONField(default=dict)
 
     class Meta:
         ordering = ["launched_at", "cloud_id"]

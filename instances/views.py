@@ -19,6 +19,7 @@ from django.views.decorators.http import require_POST
 
 from instances import services
 from instances.api.filters import CatalogFilter
+from instances.checkpoints import backup_dir
 from instances.models import (
     ACTIONS,
     Image,
@@ -290,6 +291,8 @@ def _host_context(request: HttpRequest, instance: Instance) -> dict:
         "ssh": instance.ssh_command,
         "can_act": permissions.can_act_on_host(request.user, instance),
         "moving": instance.status in Instance.MOVING or instance.status == "requested",
+        "replaced_by": instance.replaced_by,
+        "checkpoint_dir": backup_dir(instance.order.checkpoint_uri),
     }
 
 

@@ -7,7 +7,7 @@ from decimal import Decimal
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers
 
 from instances import services
@@ -226,10 +226,28 @@ class InstanceSerializer(serializers.ModelSerializer):
 
 class InstanceDetailSerializer(InstanceSerializer):
     events = EventSerializer(many=True, read_only=True)
+    # Spot recovery: where the order keeps checkpoints (every replacement gets the same), the
+    # host this one replaces and the one that replaced it, and the cloud's warning.
+    checkpoint_uri = serializers.CharField(source="order.checkpoint_uri", read_only=True)
+    replaces = serializers.UUIDField(source="replaces_id", read_only=True, allow_null=True)
+    replaced_by = serializers.SerializerMethodField()
 
     class Meta(InstanceSerializer.Meta):
-        fields = [*InstanceSerializer.Meta.fields, "events"]
+        fields = [
+            *InstanceSerializer.Meta.fields,
+            "checkpoint_uri",
+            "replaces",
+            "replaced_by",
+            "spot_warning_at",
+            "spot_interruption_at",
+            "events",
+        ]
         read_only_fields = fields
+
+    @extend_schema_field(serializers.UUIDField(allow_null=True))
+    def get_replaced_by(self, obj: Instance) -> str | None:
+        replacement = obj.replaced_by
+        return str(replacement.pk) if replacement is not None else None
 
 
 # An estimate multiplies a rate by hosts and hours: more digits than one rate.

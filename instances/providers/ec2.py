@@ -169,6 +169,16 @@ class EC2Provider(Provider):
         # JSON strings are YAML strings: a key comment such as "alice: x #y" stays one string.
         key = json.dumps(request.ssh_public_key)
         user_data = f"#cloud-config\nssh_authorized_keys:\n  - {key}\n"
+        if request.environment:
+            # For every login and service on the host (the checkpoint location, unchanged for
+            # a replacement, so the work resumes where it stopped).
+            lines = "".join(
+                f"{k}={json.dumps(v)}\n" for k, v in sorted(request.environment.items())
+            )
+            user_data += (
+                "write_files:\n  - path: /etc/environment\n    append: true\n"
+                f"    content: {json.dumps(lines)}\n"
+            )
         ebs = {
             "VolumeSize": settings.PORTAL_EC2_ROOT_VOLUME_GB,
             "VolumeType": "gp3",

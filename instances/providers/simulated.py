@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -36,6 +37,7 @@ from instances.providers.base import (
     ProviderPermanentError,
     ProviderTransientError,
     SpotPriceQuote,
+    SpotWarning,
     launch_tags,
 )
 from instances.providers.faults import FAULT_DICE, Faults, unit_hash
@@ -60,6 +62,7 @@ class SimulatedProvider(Provider):
         self.boot = timedelta(seconds=settings.PORTAL_SIMULATED_BOOT_SECONDS)
         self.latency = settings.PORTAL_SIMULATED_API_LATENCY_SECONDS
         self.interruptions_per_hour = settings.PORTAL_SIMULATED_INTERRUPTIONS_PER_HOUR
+        self.warning_lead = timedelta(seconds=settings.PORTAL_SPOT_WARNING_LEAD_SECONDS)
         self.faults = Faults.from_settings()
 
     def _rows(self) -> list[dict]:
@@ -159,6 +162,7 @@ class SimulatedProvider(Provider):
             "max_spot_price": str(request.max_spot_price or ""),
             "ssh_public_key": request.ssh_public_key,
             "tags": request.tags,
+            "environment": request.environment,
         }
         return hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()
 
@@ -174,7 +178,8 @@ class SimulatedProvider(Provider):
         return self.spot_price_at(instance_type, price.on_demand, timezone.now())
 
     def _interrupted_at(self, host: SimulatedHost, now: datetime) -> datetime | None:
-        """The first 10-minute bucket in which the simulated market takes this host back."""
+        """The first 10-minute bucket in which the simulated market decides to take this host
+        back: it warns then and takes it ``warning_lead`` later."""
         if host.market != "spot" or not self.interruptions_per_hour:
             return None
         chance = self.interruptions_per_hour * INTERRUPTION_BUCKET.total_seconds() / 3600
@@ -204,25 +209,69 @@ class SimulatedProvider(Provider):
                     "settles_at": None,
                 }
         state = changes.get("state", host.state)
-        if state == SimulatedHost.State.RUNNING:
+        if state == SimulatedHost.State.RUNNING and host.interrupt_at is None:
             probe = SimulatedHost(
                 cloud_id=host.cloud_id,
                 market=host.market,
                 state_changed_at=changes.get("state_changed_at", host.state_changed_at),
             )
-            interrupted = self._interrupted_at(probe, now)
-            if interrupted:
-                changes = {
-                    "state": SimulatedHost.State.TERMINATED,
-                    "state_changed_at": interrupted,
-                    "state_reason": SPOT_INTERRUPTION_REASON,
-                    "settles_at": None,
-                }
+            decided = self._interrupted_at(probe, now)
+            if decided:
+                if changes:
+                    SimulatedHost.objects.filter(pk=host.pk, state=host.state).update(**changes)
+                    host.refresh_from_db()
+                    changes = {}
+                self._warn(host, decided)
+        if state == SimulatedHost.State.RUNNING and host.interrupt_at and host.interrupt_at <= now:
+            changes = {
+                "state": SimulatedHost.State.TERMINATED,
+                "state_changed_at": host.interrupt_at,
+                "state_reason": SPOT_INTERRUPTION_REASON,
+                "settles_at": None,
+            }
         if changes:
             # Conditional: two processes settling the same host apply the change once.
             SimulatedHost.objects.filter(pk=host.pk, state=host.state).update(**changes)
             host.refresh_from_db()
         return host
+
+    def _warn(self, host: SimulatedHost, at: datetime) -> None:
+        """Announce that the market takes ``host`` back ``warning_lead`` after ``at``: the
+        rebalance recommendation and the interruption warning, once (conditional update), and
+        on the SQS queue too when one is configured, as EventBridge would deliver them."""
+        from instances.providers import spot_events
+
+        action_at = at + self.warning_lead
+        announced = SimulatedHost.objects.filter(pk=host.pk, warned_at__isnull=True).update(
+            warned_at=at, interrupt_at=action_at
+        )
+        host.refresh_from_db()
+        if announced and spot_events.queue_configured():
+            for warning in self._warnings_of(host):
+                spot_events.queue_send(warning)
+
+    @staticmethod
+    def _warnings_of(row: SimulatedHost) -> list[SpotWarning]:
+        return [
+            SpotWarning(cloud_id=row.cloud_id, kind=SpotWarning.REBALANCE, at=row.warned_at),
+            SpotWarning(
+                cloud_id=row.cloud_id,
+                kind=SpotWarning.INTERRUPTION,
+                at=row.warned_at,
+                action_at=row.interrupt_at,
+            ),
+        ]
+
+    def spot_warnings(self) -> list[SpotWarning]:
+        """The warnings of every spot host the market is about to take back. Reading them also
+        moves the market on (a host whose interruption time came is warned now)."""
+        rows = SimulatedHost.objects.filter(market="spot", state=SimulatedHost.State.RUNNING)
+        warnings = []
+        for row in rows:
+            row = self._settle(row)
+            if row.warned_at is not None and row.state == SimulatedHost.State.RUNNING:
+                warnings.extend(self._warnings_of(row))
+        return warnings
 
     @staticmethod
     def _host(row: SimulatedHost) -> CloudHost:
@@ -313,6 +362,10 @@ class SimulatedProvider(Provider):
 
     def _create(self, request: LaunchRequest, *, key: str, digest: str) -> SimulatedHost:
         now = timezone.now()
+        checkpoint = request.environment.get("PORTAL_CHECKPOINT_URI", "")
+        if checkpoint.startswith("file://"):
+            # The simulated cloud's durable storage is a local folder the host "mounts".
+            Path(checkpoint.removeprefix("file://")).mkdir(parents=True, exist_ok=True)
         cloud_id = "i-" + hashlib.sha256(key.encode()).hexdigest()[:17]
         settles = now + self.boot if self.boot else None
         with transaction.atomic():
@@ -327,7 +380,8 @@ class SimulatedProvider(Provider):
                 market=request.market,
                 max_spot_price=request.max_spot_price,
                 region=self.region,
-                availability_zone=f"{self.region}a",
+                availability_zone=self._zone(request),
+                environment=request.environment,
                 private_ip=self._address("10.20.0.0/16", cloud_id),
                 public_ip=self._address("198.51.100.0/24", cloud_id),
                 state=SimulatedHost.State.PENDING if settles else SimulatedHost.State.RUNNING,
@@ -335,6 +389,11 @@ class SimulatedProvider(Provider):
                 settles_at=settles,
                 launched_at=now,
             )
+
+    def _zone(self, request: LaunchRequest) -> str:
+        """Zone a of the region, or zone b for a replacement that stays out of zone a."""
+        first = f"{self.region}a"
+        return f"{self.region}b" if request.avoid_zone == first else first
 
     def _same_token(self, existing: SimulatedHost, digest: str) -> CloudHost:
         if existing.params_digest != digest:
@@ -459,8 +518,18 @@ class SimulatedProvider(Provider):
             )
         return self._host(SimulatedHost.objects.get(pk=row.pk))
 
+    def warn(self, cloud_id: str) -> CloudHost:
+        """Announce that the market takes this spot host back in ``warning_lead`` (EC2's
+        rebalance recommendation and two-minute warning), then take it at that time."""
+        row = self._get(cloud_id)
+        if row.market != "spot":
+            raise ProviderPermanentError(f"{cloud_id} is not a spot host.", code="NotSpot")
+        self._refuse_if_gone(row, "interrupted")
+        self._warn(row, timezone.now())
+        return self._host(row)
+
     def interrupt(self, cloud_id: str) -> CloudHost:
-        """Take a spot host back, as EC2 does after its two-minute notice."""
+        """Take a spot host back now, with no warning (EC2's warning is best effort)."""
         row = self._get(cloud_id)
         if row.market != "spot":
             raise ProviderPermanentError(f"{cloud_id} is not a spot host.", code="NotSpot")

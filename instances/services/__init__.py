@@ -9,6 +9,7 @@ one module per concern:
 - cloud: the worker side, talking to the cloud and recording what it said
 - reconcile: the loop that repairs lost and doubled work
 - leases: hosts whose lease ended
+- recovery: spot interruption warnings, replacement hosts by the order's policy
 - queue: sending tasks once a transaction commits
 
 Reads live in instances/selectors.py; who may do what in portal/permissions.py.
@@ -58,6 +59,7 @@ from instances.services.orders import (
     OrderRequest,
     approval_needed,
     approvers_ask,
+    instance_create,
     order_admit,
     order_estimate,
     order_instances_create,
@@ -75,6 +77,14 @@ from instances.services.reconcile import (
     ReconcileReport,
     reconcile,
 )
+from instances.services.recovery import (
+    NO_CAPACITY,
+    host_interrupted,
+    replacement_start,
+    spot_capacity_refused,
+    spot_events_drain,
+    spot_warning_receive,
+)
 from instances.services.transitions import (
     IllegalTransition,
     actor_of,
@@ -88,6 +98,7 @@ from instances.services.transitions import (
 __all__ = [
     "FAILURE_ADVICE",
     "GAVE_UP",
+    "NO_CAPACITY",
     "REENQUEUED",
     "Estimate",
     "IllegalTransition",
@@ -100,11 +111,13 @@ __all__ = [
     "audit_change",
     "enqueue",
     "failure_reason",
+    "host_interrupted",
     "image_save",
     "image_upsert",
     "instance_action_refused",
     "instance_apply_cloud",
     "instance_cloud_action",
+    "instance_create",
     "instance_fail",
     "instance_note",
     "instance_provision",
@@ -136,4 +149,8 @@ __all__ = [
     "order_validate",
     "orders_expire",
     "reconcile",
+    "replacement_start",
+    "spot_capacity_refused",
+    "spot_events_drain",
+    "spot_warning_receive",
 ]

@@ -52,6 +52,11 @@ def _name(instance: Instance) -> str:
     return f"{instance.instance_type.name} {str(instance.pk)[:8]} in {instance.project.slug}"
 
 
+def _tell(instance: Instance, *, subject: str, body: str) -> None:
+    """A notice (and an email) to the host's owner, linking to the host."""
+    notice_send(user=instance.owner, subject=subject, body=body, link=f"/hosts/{instance.pk}/")
+
+
 def _checkpoint_line(instance: Instance) -> str:
     uri = instance.order.checkpoint_uri
     if not uri:
@@ -99,12 +104,11 @@ def spot_warning_receive(*, warning: SpotWarning) -> Instance | None:
             f"{action_at:%H:%M:%S} UTC. {then}",
             actor=ACTOR,
         )
-        notice_send(
-            user=instance.owner,
+        _tell(
+            instance,
             subject=f"Spot host {_name(instance)} will be interrupted at {action_at:%H:%M} UTC",
             body=f"The cloud takes back spot host {instance.cloud_id} at {action_at:%H:%M:%S} "
             f"UTC; data on its local disks will be gone. {then} {_checkpoint_line(instance)}",
-            link=f"/hosts/{instance.pk}/",
         )
     if policy in RELAUNCH:
         replacement_start(instance_id=instance.pk, why="interruption warning")
@@ -125,12 +129,11 @@ def host_interrupted(*, instance: Instance) -> None:
         then = "No replacement could be started (see the notice before this one)."
     else:
         then = "Order again to carry on (on-demand cannot be interrupted)."
-    notice_send(
-        user=instance.owner,
+    _tell(
+        instance,
         subject=f"Spot host interrupted: {instance.instance_type.name} in {instance.project.slug}",
         body=f"The cloud took back spot host {instance.cloud_id}. Data on its local disks is "
         f"gone. {then} {_checkpoint_line(instance)}",
-        link=f"/hosts/{instance.pk}/",
     )
 
 
@@ -139,11 +142,10 @@ def host_interrupted(*, instance: Instance) -> None:
 
 def _refuse(original: Instance, sentence: str) -> None:
     instance_note(instance=original, note=f"no replacement: {sentence}", actor=ACTOR)
-    notice_send(
-        user=original.owner,
+    _tell(
+        original,
         subject=f"No replacement for spot host {_name(original)}",
         body=sentence,
-        link=f"/hosts/{original.pk}/",
     )
 
 
@@ -233,21 +235,19 @@ def spot_capacity_refused(*, instance_id, attempts: int, final: bool) -> bool:
             replacement_start(instance_id=instance.pk, why="no spot capacity")
         return True
     if instance.replaces_id and policy == InterruptionPolicy.RELAUNCH_SPOT and attempts == 1:
-        notice_send(
-            user=instance.owner,
+        _tell(
+            instance,
             subject=f"No spot capacity yet for the replacement {_name(instance)}",
             body="The cloud has no spot capacity for this type right now; the portal keeps "
             f"trying with backoff ({settings.PORTAL_PROVISION_MAX_RETRIES} attempts) and tells "
             "you if it gives up.",
-            link=f"/hosts/{instance.pk}/",
         )
     if final and instance.replaces_id:
-        notice_send(
-            user=instance.owner,
+        _tell(
+            instance,
             subject=f"Replacement {_name(instance)} could not launch",
             body=f"The cloud had no spot capacity after {attempts} attempts; order again, "
             "another type, or on-demand.",
-            link=f"/hosts/{instance.pk}/",
         )
     return False
 

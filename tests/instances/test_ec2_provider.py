@@ -270,3 +270,20 @@ def test_an_unreachable_endpoint_is_worth_retrying(ec2):
     with pytest.raises(ProviderTransientError) as error:
         ec2.describe(["i-0123456789abcdef0"])
     assert error.value.code == "EndpointConnectionError"
+
+
+def test_the_checkpoint_location_reaches_the_hosts_environment_through_cloud_init(moto_ec2, launch):
+    uri = "s3://lab-checkpoints/vision-lab/0b0e/"
+    instance = launch(environment={"PORTAL_CHECKPOINT_URI": uri})
+    reply = moto_ec2.describe_instance_attribute(
+        InstanceId=instance["InstanceId"], Attribute="userData"
+    )
+    config = yaml.safe_load(base64.b64decode(reply["UserData"]["Value"]).decode())
+    assert config["ssh_authorized_keys"] == [SSH_KEY]
+    assert config["write_files"] == [
+        {
+            "path": "/etc/environment",
+            "append": True,
+            "content": f'PORTAL_CHECKPOINT_URI="{uri}"\n',
+        }
+    ]

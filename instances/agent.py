@@ -68,9 +68,12 @@ WantedBy=timers.target
 """
 
 
-def agent_cloud_config(*, portal_url: str, instance_id: str, token: str) -> str:
+def agent_cloud_config(
+    *, portal_url: str, instance_id: str, token: str, extra_files: str = ""
+) -> str:
     """The cloud-config keys that install and start the agent (appended to the host's
-    user data). JSON strings are YAML strings, so every value is quoted safely."""
+    user data), with ``extra_files`` (more write_files items, already YAML) in the same list.
+    JSON strings are YAML strings, so every value is quoted safely."""
     env = (
         f"PORTAL_AGENT_URL={portal_url}\nPORTAL_INSTANCE_ID={instance_id}\n"
         f"PORTAL_AGENT_TOKEN={token}\n"
@@ -88,6 +91,8 @@ def agent_cloud_config(*, portal_url: str, instance_id: str, token: str) -> str:
             f"    permissions: '{mode}'",
             f"    content: {json.dumps(content)}",
         ]
+    if extra_files:
+        lines.append(extra_files.rstrip("\n"))
     lines += [
         "runcmd:",
         "  - [systemctl, daemon-reload]",

@@ -209,6 +209,9 @@ class Order(models.Model):
     decided_at = models.DateTimeField(null=True, blank=True)
     decision_reason = models.CharField(max_length=500, blank=True)
     idempotency_key = models.CharField(max_length=255, blank=True)
+    # Where the order's hosts keep their checkpoints (s3://... or file://...), fixed when the
+    # order is placed and handed unchanged to every replacement so the work resumes.
+    checkpoint_uri = models.CharField(max_length=500, blank=True)
     request_fingerprint = models.CharField(max_length=64, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -303,6 +306,13 @@ class Instance(models.Model):
     idle_warned_at = models.DateTimeField(null=True, blank=True)
     idle_stop_at = models.DateTimeField(null=True, blank=True)
     idle_snoozed_until = models.DateTimeField(null=True, blank=True)
+    # A spot host launched in place of one the cloud took back (or was about to).
+    replaces = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="replacements"
+    )
+    # The cloud's interruption warning: when it came and when the cloud will take the host.
+    spot_warning_at = models.DateTimeField(null=True, blank=True)
+    spot_interruption_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = InstanceQuerySet.as_manager()
@@ -370,6 +380,11 @@ class Instance(models.Model):
         if self.status != self.Status.RUNNING or not self.public_ip:
             return None
         return f"ssh {self.image.ssh_user}@{self.public_ip}"
+
+    @property
+    def replaced_by(self) -> Instance | None:
+        """The newest host launched in this one's place, if any."""
+        return self.replacements.order_by("-created_at", "id").first()
 
     @property
     def actions_now(self) -> list[HostAction]:

@@ -41,6 +41,12 @@ class SimulatedHost(models.Model):
     # How busy its GPUs are over time (SimulatedProvider.gpu_reading); empty: a cycle of busy
     # and idle phases drawn from the seed and the cloud id.
     gpu_profile = models.JSONField(default=dict, blank=True)
+    # A spot interruption announced (rebalance recommendation and warning at warned_at) and
+    # carried out at interrupt_at.
+    warned_at = models.DateTimeField(null=True, blank=True)
+    interrupt_at = models.DateTimeField(null=True, blank=True)
+    # What cloud-init put in the host's environment (the checkpoint location).
+    environment = models.JSONField(default=dict)
 
     class Meta:
         ordering = ["launched_at", "cloud_id"]

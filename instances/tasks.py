@@ -46,7 +46,12 @@ def provision_instance(self, instance_id: str) -> str:
         instance = services.instance_provision(instance_id=instance_id)
     except ProviderTransientError as error:
         attempts = self.request.retries + 1
-        if attempts >= settings.PORTAL_PROVISION_MAX_RETRIES:
+        final = attempts >= settings.PORTAL_PROVISION_MAX_RETRIES
+        if error.code == services.NO_CAPACITY and services.spot_capacity_refused(
+            instance_id=instance_id, attempts=attempts, final=final
+        ):
+            return instance_load(instance_id).status
+        if final:
             instance = services.instance_fail(
                 instance_id=instance_id,
                 reason=services.failure_reason(
@@ -167,3 +172,9 @@ def stop_idle_hosts() -> int:
             len(report.cleared),
         )
     return len(report.stopped)
+
+
+@shared_task
+def drain_spot_events() -> int:
+    """Hear the cloud's spot interruption warnings (SQS queue, or the simulated cloud)."""
+    return services.spot_events_drain()

@@ -20,6 +20,7 @@ from django.views.decorators.http import require_POST
 
 from instances import services
 from instances.api.filters import CatalogFilter
+from instances.checkpoints import backup_dir
 from instances.models import (
     ACTIONS,
     Image,
@@ -305,6 +306,8 @@ def _host_context(request: HttpRequest, instance: Instance) -> dict:
         "gpu": latest_gpu_readings([instance.pk], now=now).get(instance.pk),
         "idle_policy": policy,
         "idle_for": warn_after_minutes(policy) if policy else None,
+        "replaced_by": instance.replaced_by,
+        "checkpoint_dir": backup_dir(instance.order.checkpoint_uri),
     }
 
 

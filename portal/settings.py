@@ -363,6 +363,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "instances.tasks.stop_idle_hosts",
         "schedule": env_int("PORTAL_IDLE_CHECK_SECONDS", 60),
     },
+    "drain-spot-events": {
+        "task": "instances.tasks.drain_spot_events",
+        "schedule": env_int("PORTAL_SPOT_EVENTS_SECONDS", 10),
+    },
     "refresh-spot-prices": {
         "task": "billing.tasks.refresh_spot_prices",
         "schedule": env_int("PORTAL_SPOT_PRICE_REFRESH_SECONDS", 300),
@@ -467,6 +471,24 @@ PORTAL_GHOST_GRACE_SECONDS = env_int("PORTAL_GHOST_GRACE_SECONDS", 180)
 # Tagged on every cloud resource; reconcile touches only hosts of its own deployment, so that
 # staging and production may share an account.
 PORTAL_DEPLOYMENT = env_str("PORTAL_DEPLOYMENT", "default")
+
+# Spot recovery (instances.services.recovery). The SQS queue an EventBridge rule feeds with EC2's
+# "Spot Instance Interruption Warning" and "Instance Rebalance Recommendation" events (empty: the
+# portal reads the simulated cloud's warnings directly, and reconcile catches interruptions), the
+# endpoint to reach it at (moto, LocalStack), and how often beat drains it.
+PORTAL_SPOT_EVENTS_QUEUE_URL = env_str("PORTAL_SPOT_EVENTS_QUEUE_URL")
+PORTAL_SPOT_EVENTS_ENDPOINT_URL = env_str("PORTAL_SPOT_EVENTS_ENDPOINT_URL")
+PORTAL_SPOT_EVENTS_SECONDS = env_int("PORTAL_SPOT_EVENTS_SECONDS", 10)
+# How long before it takes a spot host back the simulated cloud warns (EC2: about two minutes).
+PORTAL_SPOT_WARNING_LEAD_SECONDS = env_int("PORTAL_SPOT_WARNING_LEAD_SECONDS", 120)
+# Most replacement hosts one order may launch (relaunch_spot, fallback_on_demand).
+PORTAL_SPOT_MAX_REPLACEMENTS = env_int("PORTAL_SPOT_MAX_REPLACEMENTS", 3)
+# Checkpoints: an S3 prefix under which each order gets <project>/<order>/ (s3://bucket/prefix);
+# empty on the simulated cloud means a local folder under PORTAL_CHECKPOINT_LOCAL_DIR.
+PORTAL_CHECKPOINT_S3_PREFIX = env_str("PORTAL_CHECKPOINT_S3_PREFIX")
+PORTAL_CHECKPOINT_LOCAL_DIR = Path(
+    env_str("PORTAL_CHECKPOINT_LOCAL_DIR", str(VAR_DIR / "checkpoints"))
+)
 
 PORTAL_DEMO_PASSWORD = env_str("PORTAL_DEMO_PASSWORD", "gpu-demo-2026")
 

@@ -55,7 +55,9 @@ def purge_queues() -> None:
 class Worker:
     """`celery -A portal worker` in its own process group, so SIGKILL takes all of it down."""
 
-    def __init__(self, **env: str) -> None:
+    def __init__(self, *, beat: bool = False, **env: str) -> None:
+        # beat=True embeds Celery beat (-B) with the database schedule, as production's beat.
+        self.beat = beat
         self.env = {
             **os.environ,
             "DATABASE_URL": database_url(),
@@ -96,6 +98,7 @@ class Worker:
                 "--without-heartbeat",
                 "--hostname",
                 f"test-{os.getpid()}@%h",
+                *(["--beat"] if self.beat else []),
             ],
             cwd=ROOT,
             env=self.env,

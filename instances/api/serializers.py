@@ -7,7 +7,7 @@ from decimal import Decimal
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers
 
 from instances import services
@@ -239,6 +239,11 @@ class InstanceDetailSerializer(InstanceSerializer):
         help_text="GPU utilisation in percent from the latest reading; null when there is no "
         "recent one (see metrics/ for the series)"
     )
+    # Spot recovery: where the order keeps checkpoints (every replacement gets the same), the
+    # host this one replaces and the one that replaced it, and the cloud's warning.
+    checkpoint_uri = serializers.CharField(source="order.checkpoint_uri", read_only=True)
+    replaces = serializers.UUIDField(source="replaces_id", read_only=True, allow_null=True)
+    replaced_by = serializers.SerializerMethodField()
 
     class Meta(InstanceSerializer.Meta):
         fields = [
@@ -246,6 +251,11 @@ class InstanceDetailSerializer(InstanceSerializer):
             "gpu_utilization",
             "idle_stop_at",
             "idle_snoozed_until",
+            "checkpoint_uri",
+            "replaces",
+            "replaced_by",
+            "spot_warning_at",
+            "spot_interruption_at",
             "events",
         ]
         read_only_fields = fields
@@ -254,6 +264,11 @@ class InstanceDetailSerializer(InstanceSerializer):
         now = self.context.get("now") or timezone.now()
         latest = latest_gpu_readings([instance.pk], now=now).get(instance.pk)
         return latest["utilization"] if latest else None
+
+    @extend_schema_field(serializers.UUIDField(allow_null=True))
+    def get_replaced_by(self, obj: Instance) -> str | None:
+        replacement = obj.replaced_by
+        return str(replacement.pk) if replacement is not None else None
 
 
 # An estimate multiplies a rate by hosts and hours: more digits than one rate.

@@ -94,6 +94,10 @@ class LaunchRequest:
     tags: dict[str, str] = field(default_factory=dict)
     # The host's telemetry agent credential, for clouds whose hosts post their own readings.
     agent_token: str = ""
+    # Environment variables cloud-init sets on the host (the checkpoint location).
+    environment: dict[str, str] = field(default_factory=dict)
+    # A zone to stay out of: the one whose spot capacity was just taken back (a replacement).
+    avoid_zone: str = ""
 
 
 @dataclass(frozen=True)
@@ -117,6 +121,20 @@ class CloudHost:
     @property
     def instance_uuid(self) -> str:
         return self.tags.get(TAG_INSTANCE, "")
+
+
+@dataclass(frozen=True)
+class SpotWarning:
+    """The cloud saying it will take a spot host back (``interruption``, about two minutes
+    ahead, at ``action_at``) or that the risk has risen (``rebalance``)."""
+
+    INTERRUPTION = "interruption"
+    REBALANCE = "rebalance"
+
+    cloud_id: str
+    kind: str
+    at: datetime
+    action_at: datetime | None = None
 
 
 class Provider(abc.ABC):
@@ -166,6 +184,11 @@ class Provider(abc.ABC):
     @abc.abstractmethod
     def terminate(self, cloud_id: str) -> CloudHost | None:
         """Terminate a host; terminating a terminated or unknown one changes nothing."""
+
+    def spot_warnings(self) -> list[SpotWarning]:
+        """Interruption warnings the portal can read from the cloud directly. EC2 has none to
+        read here (it sends them through EventBridge to the SQS queue the portal drains)."""
+        return []
 
 
 def launch_tags(request: LaunchRequest) -> dict[str, str]:

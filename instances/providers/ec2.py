@@ -170,12 +170,25 @@ class EC2Provider(Provider):
         # JSON strings are YAML strings: a key comment such as "alice: x #y" stays one string.
         key = json.dumps(request.ssh_public_key)
         user_data = f"#cloud-config\nssh_authorized_keys:\n  - {key}\n"
+        environment = ""
+        if request.environment:
+            # For every login and service on the host (the checkpoint location, unchanged for
+            # a replacement, so the work resumes where it stopped).
+            lines = "".join(
+                f"{k}={json.dumps(v)}\n" for k, v in sorted(request.environment.items())
+            )
+            environment = (
+                f"  - path: /etc/environment\n    append: true\n    content: {json.dumps(lines)}\n"
+            )
         if request.agent_token:
             user_data += agent_cloud_config(
                 portal_url=settings.PORTAL_AGENT_URL,
                 instance_id=request.instance_uuid,
                 token=request.agent_token,
+                extra_files=environment,
             )
+        elif environment:
+            user_data += "write_files:\n" + environment
         ebs = {
             "VolumeSize": settings.PORTAL_EC2_ROOT_VOLUME_GB,
             "VolumeType": "gp3",

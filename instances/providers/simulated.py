@@ -11,19 +11,19 @@ import hashlib
 import ipaddress
 import json
 import logging
-import math
 import time
 from collections.abc import Iterable
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from instances.catalog import image_rows, list_prices, simulated_cloud_rows
+from instances.catalog import image_rows, simulated_cloud_rows
 from instances.models import SimulatedHost
 from instances.providers.base import (
     TAG_DEPLOYMENT,
@@ -35,24 +35,16 @@ from instances.providers.base import (
     Provider,
     ProviderPermanentError,
     ProviderTransientError,
-    SpotPriceQuote,
     launch_tags,
 )
 from instances.providers.faults import FAULT_DICE, Faults, unit_hash
 from instances.providers.gpu_profile import gpu_sample
+from instances.providers.simulated_market import SPOT_INTERRUPTION_REASON, SpotMarket
 
 log = logging.getLogger(__name__)
 
-SPOT_INTERRUPTION_REASON = "Server.SpotInstanceTermination: Spot Instance termination"
-INTERRUPTION_BUCKET = timedelta(minutes=10)
 
-SPOT_STEP = timedelta(minutes=10)
-SPOT_PERIOD_SECONDS = 6 * 3600
-SPOT_HISTORY_LIMIT = timedelta(days=7)
-_EPOCH = datetime(2020, 1, 1, tzinfo=UTC)
-
-
-class SimulatedProvider(Provider):
+class SimulatedProvider(SpotMarket, Provider):
     name = "simulated"
     reports_gpu_readings = True
 
@@ -62,6 +54,7 @@ class SimulatedProvider(Provider):
         self.boot = timedelta(seconds=settings.PORTAL_SIMULATED_BOOT_SECONDS)
         self.latency = settings.PORTAL_SIMULATED_API_LATENCY_SECONDS
         self.interruptions_per_hour = settings.PORTAL_SIMULATED_INTERRUPTIONS_PER_HOUR
+        self.warning_lead = timedelta(seconds=settings.PORTAL_SPOT_WARNING_LEAD_SECONDS)
         self.faults = Faults.from_settings()
 
     def _rows(self) -> list[dict]:
@@ -86,43 +79,6 @@ class SimulatedProvider(Provider):
             for row in self._rows()
             if self.region in row["regions"]
         ]
-
-    def spot_price_at(self, instance_type: str, on_demand: Decimal, at: datetime) -> Decimal:
-        """The simulated market: a type-specific discount that drifts on a six-hour wave."""
-        base = 0.28 + 0.14 * unit_hash(self.seed, instance_type, "base")
-        phase = 2 * math.pi * unit_hash(self.seed, instance_type, "phase")
-        seconds = (at - _EPOCH).total_seconds()
-        ratio = base + 0.06 * math.sin(2 * math.pi * seconds / SPOT_PERIOD_SECONDS + phase)
-        return (on_demand * Decimal(f"{ratio:.6f}")).quantize(Decimal("0.0001"))
-
-    def spot_prices(
-        self, instance_types: Iterable[str], *, since: datetime | None = None
-    ) -> list[SpotPriceQuote]:
-        prices = list_prices(settings.PORTAL_PRICE_FILE)
-        spot_types = {row["name"] for row in self._rows() if row["spot"]}
-        now = timezone.now()
-        step = SPOT_STEP.total_seconds()
-        latest = _EPOCH + timedelta(seconds=((now - _EPOCH).total_seconds() // step) * step)
-        start = max(since or latest, now - SPOT_HISTORY_LIMIT)
-        quotes = []
-        for name in instance_types:
-            if name not in spot_types or name not in prices:
-                continue
-            at = latest
-            while True:
-                quotes.append(
-                    SpotPriceQuote(
-                        instance_type=name,
-                        region=self.region,
-                        availability_zone=f"{self.region}a",
-                        price_per_hour=self.spot_price_at(name, prices[name].on_demand, at),
-                        at=at,
-                    )
-                )
-                at -= SPOT_STEP
-                if at < start:
-                    break
-        return quotes
 
     # --- hosts -------------------------------------------------------------------------------
 
@@ -161,6 +117,7 @@ class SimulatedProvider(Provider):
             "max_spot_price": str(request.max_spot_price or ""),
             "ssh_public_key": request.ssh_public_key,
             "tags": request.tags,
+            "environment": request.environment,
         }
         return hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()
 
@@ -168,26 +125,6 @@ class SimulatedProvider(Provider):
         net = ipaddress.ip_network(network)
         offset = 1 + int(unit_hash(self.seed, *parts) * (net.num_addresses - 2))
         return str(net.network_address + offset)
-
-    def _spot_price_now(self, instance_type: str) -> Decimal | None:
-        price = list_prices(settings.PORTAL_PRICE_FILE).get(instance_type)
-        if price is None:
-            return None
-        return self.spot_price_at(instance_type, price.on_demand, timezone.now())
-
-    def _interrupted_at(self, host: SimulatedHost, now: datetime) -> datetime | None:
-        """The first 10-minute bucket in which the simulated market takes this host back."""
-        if host.market != "spot" or not self.interruptions_per_hour:
-            return None
-        chance = self.interruptions_per_hour * INTERRUPTION_BUCKET.total_seconds() / 3600
-        start = host.state_changed_at
-        bucket = 0
-        while start + INTERRUPTION_BUCKET * bucket < now:
-            at = start + INTERRUPTION_BUCKET * bucket
-            if unit_hash(self.seed, host.cloud_id, "interrupt", bucket) < chance:
-                return max(at, start)
-            bucket += 1
-        return None
 
     def _settle(self, host: SimulatedHost) -> SimulatedHost:
         """Advance a host whose moving state has run its course, at the time it settled."""
@@ -206,20 +143,26 @@ class SimulatedProvider(Provider):
                     "settles_at": None,
                 }
         state = changes.get("state", host.state)
-        if state == SimulatedHost.State.RUNNING:
+        if state == SimulatedHost.State.RUNNING and host.interrupt_at is None:
             probe = SimulatedHost(
                 cloud_id=host.cloud_id,
                 market=host.market,
                 state_changed_at=changes.get("state_changed_at", host.state_changed_at),
             )
-            interrupted = self._interrupted_at(probe, now)
-            if interrupted:
-                changes = {
-                    "state": SimulatedHost.State.TERMINATED,
-                    "state_changed_at": interrupted,
-                    "state_reason": SPOT_INTERRUPTION_REASON,
-                    "settles_at": None,
-                }
+            decided = self._interrupted_at(probe, now)
+            if decided:
+                if changes:
+                    SimulatedHost.objects.filter(pk=host.pk, state=host.state).update(**changes)
+                    host.refresh_from_db()
+                    changes = {}
+                self._warn(host, decided)
+        if state == SimulatedHost.State.RUNNING and host.interrupt_at and host.interrupt_at <= now:
+            changes = {
+                "state": SimulatedHost.State.TERMINATED,
+                "state_changed_at": host.interrupt_at,
+                "state_reason": SPOT_INTERRUPTION_REASON,
+                "settles_at": None,
+            }
         if changes:
             # Conditional: two processes settling the same host apply the change once.
             SimulatedHost.objects.filter(pk=host.pk, state=host.state).update(**changes)
@@ -315,6 +258,10 @@ class SimulatedProvider(Provider):
 
     def _create(self, request: LaunchRequest, *, key: str, digest: str) -> SimulatedHost:
         now = timezone.now()
+        checkpoint = request.environment.get("PORTAL_CHECKPOINT_URI", "")
+        if checkpoint.startswith("file://"):
+            # The simulated cloud's durable storage is a local folder the host "mounts".
+            Path(checkpoint.removeprefix("file://")).mkdir(parents=True, exist_ok=True)
         cloud_id = "i-" + hashlib.sha256(key.encode()).hexdigest()[:17]
         settles = now + self.boot if self.boot else None
         with transaction.atomic():
@@ -329,7 +276,8 @@ class SimulatedProvider(Provider):
                 market=request.market,
                 max_spot_price=request.max_spot_price,
                 region=self.region,
-                availability_zone=f"{self.region}a",
+                availability_zone=self._zone(request),
+                environment=request.environment,
                 private_ip=self._address("10.20.0.0/16", cloud_id),
                 public_ip=self._address("198.51.100.0/24", cloud_id),
                 state=SimulatedHost.State.PENDING if settles else SimulatedHost.State.RUNNING,
@@ -337,6 +285,11 @@ class SimulatedProvider(Provider):
                 settles_at=settles,
                 launched_at=now,
             )
+
+    def _zone(self, request: LaunchRequest) -> str:
+        """Zone a of the region, or zone b for a replacement that stays out of zone a."""
+        first = f"{self.region}a"
+        return f"{self.region}b" if request.avoid_zone == first else first
 
     def _same_token(self, existing: SimulatedHost, digest: str) -> CloudHost:
         if existing.params_digest != digest:
@@ -460,13 +413,6 @@ class SimulatedProvider(Provider):
                 settles_at=None,
             )
         return self._host(SimulatedHost.objects.get(pk=row.pk))
-
-    def interrupt(self, cloud_id: str) -> CloudHost:
-        """Take a spot host back, as EC2 does after its two-minute notice."""
-        row = self._get(cloud_id)
-        if row.market != "spot":
-            raise ProviderPermanentError(f"{cloud_id} is not a spot host.", code="NotSpot")
-        return self._end(row, SPOT_INTERRUPTION_REASON)
 
     def gpu_readings(self, minute: datetime) -> dict[str, tuple[int, int]]:
         """Every running host's reading for the minute, from its profile: one query however

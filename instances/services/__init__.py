@@ -11,6 +11,7 @@ one module per concern:
 - leases: warnings before a lease ends, extensions, hosts whose lease ended
 - telemetry: GPU readings in (simulated cloud, host agents), kept per minute then per hour
 - idle: the idle stop, its warning and Keep running
+- recovery: spot interruption warnings, replacement hosts by the order's policy
 - queue: sending tasks once a transaction commits
 
 Reads live in instances/selectors.py; who may do what in portal/permissions.py.
@@ -69,6 +70,7 @@ from instances.services.orders import (
     OrderRequest,
     approval_needed,
     approvers_ask,
+    instance_create,
     order_admit,
     order_estimate,
     order_instances_create,
@@ -85,6 +87,14 @@ from instances.services.reconcile import (
     REENQUEUED,
     ReconcileReport,
     reconcile,
+)
+from instances.services.recovery import (
+    NO_CAPACITY,
+    host_interrupted,
+    replacement_start,
+    spot_capacity_refused,
+    spot_events_drain,
+    spot_warning_receive,
 )
 from instances.services.telemetry import (
     IngestReport,
@@ -109,6 +119,7 @@ from instances.services.transitions import (
 __all__ = [
     "FAILURE_ADVICE",
     "GAVE_UP",
+    "NO_CAPACITY",
     "REENQUEUED",
     "Estimate",
     "IdleReport",
@@ -127,12 +138,14 @@ __all__ = [
     "audit_change",
     "enqueue",
     "failure_reason",
+    "host_interrupted",
     "idle_check",
     "image_save",
     "image_upsert",
     "instance_action_refused",
     "instance_apply_cloud",
     "instance_cloud_action",
+    "instance_create",
     "instance_extend_lease",
     "instance_fail",
     "instance_keep_running",
@@ -170,6 +183,10 @@ __all__ = [
     "reading_problem",
     "readings_ingest",
     "reconcile",
+    "replacement_start",
+    "spot_capacity_refused",
+    "spot_events_drain",
+    "spot_warning_receive",
     "telemetry_collect",
     "telemetry_compact",
 ]

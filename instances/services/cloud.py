@@ -8,6 +8,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.utils import timezone
 
+from instances.checkpoints import host_environment
 from instances.models import (
     Instance,
 )
@@ -22,9 +23,9 @@ from instances.providers.base import (
     Provider,
 )
 from instances.selectors import instance_load
+from instances.services.recovery import host_interrupted
 from instances.services.telemetry import agent_credential_issue, agent_secret
 from instances.services.transitions import instance_note, instance_transition, instance_walk
-from portal.services import notice_send
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,11 @@ def failure_reason(instance: Instance, error: Exception, *, attempts: int | None
 
 def launch_request(instance: Instance) -> LaunchRequest:
     order = instance.order
+    avoid_zone = ""
+    if instance.replaces_id:
+        # The zone whose spot capacity was just taken back is the worst place to look for more.
+        replaced = Instance.objects.filter(pk=instance.replaces_id)
+        avoid_zone = replaced.values_list("availability_zone", flat=True).first() or ""
     return LaunchRequest(
         client_token=instance.client_token,
         instance_uuid=str(instance.id),
@@ -70,6 +76,8 @@ def launch_request(instance: Instance) -> LaunchRequest:
             TAG_PROJECT: instance.project.slug,
             TAG_OWNER: instance.owner.username,
         },
+        environment=host_environment(order.checkpoint_uri),
+        avoid_zone=avoid_zone,
     )
 
 
@@ -140,15 +148,19 @@ def instance_apply_cloud(*, instance: Instance, host: CloudHost | None, actor: s
                 at=at,
             )
         if host.spot_interrupted and instance.status in (S.RUNNING, S.INTERRUPTED):
-            if instance.status == S.RUNNING:
-                _tell_interrupted(instance)
-            return instance_walk(
+            first = instance.status == S.RUNNING
+            instance = instance_walk(
                 instance,
                 [S.INTERRUPTED, S.TERMINATED],
                 reason=f"spot capacity reclaimed by the cloud: {why}",
                 actor=actor,
                 at=at,
             )
+            if first:
+                # The owner hears at once, and the order's policy starts its replacement
+                # now if the warning did not.
+                host_interrupted(instance=instance)
+            return instance
         return instance_walk(instance, [S.TERMINATED], reason=why, actor=actor, at=at)
     if state == CloudState.SHUTTING_DOWN:
         return instance_walk(instance, [S.TERMINATING], reason=why, actor=actor, at=at)
@@ -165,17 +177,6 @@ def instance_apply_cloud(*, instance: Instance, host: CloudHost | None, actor: s
     if state == CloudState.STOPPING and instance.status == S.RUNNING:
         return instance_walk(instance, [S.STOPPING], reason=why, actor=actor, at=at)
     return instance
-
-
-def _tell_interrupted(instance: Instance) -> None:
-    """The owner hears about an interruption at once (every interruption policy notifies)."""
-    notice_send(
-        user=instance.owner,
-        subject=f"Spot host interrupted: {instance.instance_type.name} in {instance.project.slug}",
-        body=f"The cloud took back spot host {instance.cloud_id}. Data on its local disks is "
-        "gone; order again (on-demand cannot be interrupted).",
-        link=f"/hosts/{instance.pk}/",
-    )
 
 
 def instance_provision(*, instance_id, provider: Provider | None = None) -> Instance:

@@ -16,6 +16,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from instances.checkpoints import checkpoint_uri_for
 from instances.metrics import order_counted
 from instances.models import (
     TASK_OF_STATUS,
@@ -406,32 +407,52 @@ def approvers_ask(order: Order) -> None:
 
 
 def order_instances_create(order: Order) -> list[Instance]:
-    now = timezone.now()
-    actor = actor_of(order.requester)
-    created = []
-    for _ in range(order.count):
-        instance_id = uuid.uuid4()
-        instance = Instance.objects.create(
-            id=instance_id,
-            order=order,
-            project=order.project,
-            owner=order.requester,
-            instance_type=order.instance_type,
-            image=order.image,
-            market=order.market,
-            region=order.region,
-            # EC2 tokens are at most 64 ASCII characters; this one is fixed before any call.
-            client_token=f"portal-{instance_id.hex}",
-            status_changed_at=now,
+    if not order.checkpoint_uri:
+        # Fixed once, when the order's first hosts are created; replacements inherit it.
+        order.checkpoint_uri = checkpoint_uri_for(
+            project_slug=order.project.slug, order_id=order.pk
         )
-        InstanceEvent.objects.create(
-            instance=instance,
-            old_status="",
-            new_status=Instance.Status.REQUESTED,
-            reason=f"ordered by {order.requester.username}",
-            at=now,
-            actor=actor,
-        )
-        created.append(instance)
-        enqueue(TASK_OF_STATUS[Instance.Status.REQUESTED], str(instance_id))
+        Order.objects.filter(pk=order.pk).update(checkpoint_uri=order.checkpoint_uri)
+    created = [
+        instance_create(order, market=order.market, reason=f"ordered by {order.requester.username}")
+        for _ in range(order.count)
+    ]
     return created
+
+
+def instance_create(
+    order: Order,
+    *,
+    market: str,
+    reason: str,
+    replaces: Instance | None = None,
+) -> Instance:
+    """One host of an order in `requested`, its first event, and its launch sent on commit."""
+    now = timezone.now()
+    instance_id = uuid.uuid4()
+    instance = Instance.objects.create(
+        id=instance_id,
+        order=order,
+        project=order.project,
+        owner=order.requester,
+        instance_type=order.instance_type,
+        image=order.image,
+        market=market,
+        region=order.region,
+        # EC2 tokens are at most 64 ASCII characters; this one is fixed before any call.
+        client_token=f"portal-{instance_id.hex}",
+        status_changed_at=now,
+        replaces=replaces,
+        # A replacement carries on the lease of the host it replaces.
+        lease_expires_at=replaces.lease_expires_at if replaces is not None else None,
+    )
+    InstanceEvent.objects.create(
+        instance=instance,
+        old_status="",
+        new_status=Instance.Status.REQUESTED,
+        reason=reason,
+        at=now,
+        actor=actor_of(order.requester) if replaces is None else "system:spot_recovery",
+    )
+    enqueue(TASK_OF_STATUS[Instance.Status.REQUESTED], str(instance_id))
+    return instance

@@ -290,3 +290,34 @@ def test_cloud_init_installs_the_gpu_agent_with_the_hosts_own_credential(
     assert "nvidia-smi" in files["/usr/local/bin/portal-gpu-agent"]["content"]
     compile(files["/usr/local/bin/portal-gpu-agent"]["content"], "agent", "exec")
     assert ["systemctl", "enable", "--now", "portal-gpu-agent.timer"] in config["runcmd"]
+
+
+def test_the_checkpoint_location_reaches_the_hosts_environment_through_cloud_init(moto_ec2, launch):
+    uri = "s3://lab-checkpoints/vision-lab/0b0e/"
+    instance = launch(environment={"PORTAL_CHECKPOINT_URI": uri})
+    reply = moto_ec2.describe_instance_attribute(
+        InstanceId=instance["InstanceId"], Attribute="userData"
+    )
+    config = yaml.safe_load(base64.b64decode(reply["UserData"]["Value"]).decode())
+    assert config["ssh_authorized_keys"] == [SSH_KEY]
+    assert config["write_files"] == [
+        {
+            "path": "/etc/environment",
+            "append": True,
+            "content": f'PORTAL_CHECKPOINT_URI="{uri}"\n',
+        }
+    ]
+
+
+def test_an_agent_and_a_checkpoint_share_one_write_files_list(moto_ec2, launch, settings):
+    settings.PORTAL_AGENT_URL = "https://portal.example.org"
+    uri = "s3://lab-checkpoints/vision-lab/0b0e/"
+    instance = launch(agent_token="gpa_secret", environment={"PORTAL_CHECKPOINT_URI": uri})
+    reply = moto_ec2.describe_instance_attribute(
+        InstanceId=instance["InstanceId"], Attribute="userData"
+    )
+    config = yaml.safe_load(base64.b64decode(reply["UserData"]["Value"]).decode())
+    files = {item["path"]: item for item in config["write_files"]}
+    assert files["/etc/environment"]["content"] == f'PORTAL_CHECKPOINT_URI="{uri}"\n'
+    assert "PORTAL_AGENT_TOKEN=gpa_secret\n" in files["/etc/portal-agent.env"]["content"]
+    assert ["systemctl", "enable", "--now", "portal-gpu-agent.timer"] in config["runcmd"]

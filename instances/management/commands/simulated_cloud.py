@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from audit.services import audit_record_system
-from instances.models import Instance
+from instances.models import Instance, SimulatedHost
 from instances.providers.base import ProviderError
 from instances.providers.faults import Faults
 from instances.providers.gpu_profile import profile_of
@@ -16,7 +16,9 @@ from instances.providers.simulated import SimulatedProvider
 
 class Command(BaseCommand):
     help = (
-        "The simulated cloud's console. `interrupt HOST` takes a spot host back as EC2 does; "
+        "The simulated cloud's console. `warn HOST` announces that the market takes a spot host "
+        "back in PORTAL_SPOT_WARNING_LEAD_SECONDS (rebalance recommendation and interruption "
+        "warning, then the interruption); `interrupt HOST` takes a spot host back now, unwarned; "
         "`terminate HOST` ends any host without telling the portal; `list` shows every host; "
         "`faults` shows how the cloud's API is set to misbehave (PORTAL_SIMULATED_* settings); "
         "`profile HOST busy|idle|B:I` sets how busy a host's GPUs are from now (B minutes busy, "
@@ -27,7 +29,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument(
-            "action", choices=["interrupt", "terminate", "list", "faults", "profile"]
+            "action", choices=["warn", "interrupt", "terminate", "list", "faults", "profile"]
         )
         parser.add_argument("hosts", nargs="*", help="cloud ids or portal instance ids")
 
@@ -52,11 +54,11 @@ class Command(BaseCommand):
         for name in hosts:
             cloud_id = self._cloud_id(name)
             try:
-                host = (
-                    provider.interrupt(cloud_id)
-                    if action == "interrupt"
-                    else provider.kill(cloud_id)
-                )
+                host = {
+                    "warn": provider.warn,
+                    "interrupt": provider.interrupt,
+                    "terminate": provider.kill,
+                }[action](cloud_id)
             except ProviderError as error:
                 raise CommandError(str(error)) from error
             audit_record_system(
@@ -66,7 +68,11 @@ class Command(BaseCommand):
                 object_ref=f"cloud:{host.cloud_id}",
                 summary={"state": host.state, "reason": host.state_reason},
             )
-            self.stdout.write(f"{host.cloud_id}: {host.state} ({host.state_reason})")
+            if action == "warn":
+                at = SimulatedHost.objects.get(cloud_id=host.cloud_id).interrupt_at
+                self.stdout.write(f"{host.cloud_id}: warned; interrupted at {at:%H:%M:%S} UTC")
+            else:
+                self.stdout.write(f"{host.cloud_id}: {host.state} ({host.state_reason})")
 
     def _profile(self, provider: SimulatedProvider, hosts: list[str]) -> None:
         if len(hosts) != 2:

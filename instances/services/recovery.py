@@ -1,0 +1,275 @@
+"""Spot recovery: hear the cloud's interruption warnings, tell the owner, and launch a
+replacement as the order's interruption policy says.
+
+- notify: the owner hears of the warning and of the interruption, nothing is launched.
+- relaunch_spot: a new spot host of the same order (type, image, key, project, owner, lease and
+  checkpoint location), with a new ClientToken, away from the zone the capacity went from; when
+  spot has no capacity the launch retries with backoff and the owner is told.
+- fallback_on_demand: the replacement is on-demand, and so is the host of a spot launch that
+  found no capacity.
+
+A replacement is a host like any other: it passes the order admission checks (quota, budget)
+under the project lock, and a refusal ends in a notice naming the limit. Warnings come from the
+SQS queue EventBridge feeds (PORTAL_SPOT_EVENTS_QUEUE_URL) or, with no queue, straight from the
+simulated cloud; reconcile still catches an interruption whose warning never came.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+from django.conf import settings
+from django.db import transaction
+
+from instances.models import Instance, InterruptionPolicy, Market
+from instances.providers import get_provider, spot_events
+from instances.providers.base import Provider, SpotWarning
+from instances.selectors import instance_load
+from instances.services.orders import (
+    instance_create,
+    order_admit,
+    order_estimate,
+    order_request_of,
+)
+from instances.services.transitions import instance_note, instance_transition
+from portal.errors import PortalError
+from portal.services import notice_send
+
+log = logging.getLogger(__name__)
+
+ACTOR = "system:spot_recovery"
+RELAUNCH = frozenset({InterruptionPolicy.RELAUNCH_SPOT, InterruptionPolicy.FALLBACK_ON_DEMAND})
+REBALANCE_NOTE = "rebalance recommendation"
+NO_CAPACITY = "InsufficientInstanceCapacity"
+
+
+def _policy(instance: Instance) -> str:
+    return instance.order.interruption_policy or InterruptionPolicy.NOTIFY
+
+
+def _name(instance: Instance) -> str:
+    return f"{instance.instance_type.name} {str(instance.pk)[:8]} in {instance.project.slug}"
+
+
+def _tell(instance: Instance, *, subject: str, body: str) -> None:
+    """A notice (and an email) to the host's owner, linking to the host."""
+    notice_send(user=instance.owner, subject=subject, body=body, link=f"/hosts/{instance.pk}/")
+
+
+def _checkpoint_line(instance: Instance) -> str:
+    uri = instance.order.checkpoint_uri
+    if not uri:
+        return "This order has no checkpoint location; save your work elsewhere now."
+    return f"Checkpoints go to {uri} (PORTAL_CHECKPOINT_URI on the host); " + (
+        "the replacement gets the same location, so work saved there resumes."
+        if _policy(instance) in RELAUNCH
+        else "a host you order again can read them from there."
+    )
+
+
+# --- warnings ----------------------------------------------------------------------------------
+
+
+def spot_warning_receive(*, warning: SpotWarning) -> Instance | None:
+    """Act on one warning; a repeat (the queue delivers at least once) changes nothing."""
+    instance = Instance.objects.with_detail().filter(cloud_id=warning.cloud_id).first()
+    if instance is None or instance.market != Market.SPOT or not instance.is_live:
+        return instance
+    if warning.kind == SpotWarning.REBALANCE:
+        if not instance.events.filter(reason__startswith=REBALANCE_NOTE).exists():
+            instance_note(
+                instance=instance,
+                note=f"{REBALANCE_NOTE}: the cloud says the risk of interruption has risen",
+                actor=ACTOR,
+            )
+        return instance
+    action_at = warning.action_at or warning.at
+    with transaction.atomic():
+        first = Instance.objects.filter(pk=instance.pk, spot_warning_at__isnull=True).update(
+            spot_warning_at=warning.at, spot_interruption_at=action_at
+        )
+        if not first:
+            return instance
+        instance.spot_warning_at, instance.spot_interruption_at = warning.at, action_at
+        policy = _policy(instance)
+        then = {
+            InterruptionPolicy.NOTIFY: "Nothing is launched in its place (policy: notify).",
+            InterruptionPolicy.RELAUNCH_SPOT: "A replacement spot host is starting now.",
+            InterruptionPolicy.FALLBACK_ON_DEMAND: "A replacement on-demand host is starting now.",
+        }[policy]
+        instance_note(
+            instance=instance,
+            note=f"interruption warning: the cloud takes this host back at "
+            f"{action_at:%H:%M:%S} UTC. {then}",
+            actor=ACTOR,
+        )
+        _tell(
+            instance,
+            subject=f"Spot host {_name(instance)} will be interrupted at {action_at:%H:%M} UTC",
+            body=f"The cloud takes back spot host {instance.cloud_id} at {action_at:%H:%M:%S} "
+            f"UTC; data on its local disks will be gone. {then} {_checkpoint_line(instance)}",
+        )
+    if policy in RELAUNCH:
+        replacement_start(instance_id=instance.pk, why="interruption warning")
+    return instance_load(instance.pk)
+
+
+def host_interrupted(*, instance: Instance) -> None:
+    """The cloud took a spot host back (reconcile saw it, warned or not): tell the owner, and
+    start the replacement now if the warning did not (none came, or admission refused it while
+    the host still counted)."""
+    policy = _policy(instance)
+    replacement = instance.replaced_by
+    if policy in RELAUNCH and replacement is None:
+        replacement = replacement_start(instance_id=instance.pk, why="interrupted")
+    if replacement is not None:
+        then = f"Its replacement is host {str(replacement.pk)[:8]} (/hosts/{replacement.pk}/)."
+    elif policy in RELAUNCH:
+        then = "No replacement could be started (see the notice before this one)."
+    else:
+        then = "Order again to carry on (on-demand cannot be interrupted)."
+    _tell(
+        instance,
+        subject=f"Spot host interrupted: {instance.instance_type.name} in {instance.project.slug}",
+        body=f"The cloud took back spot host {instance.cloud_id}. Data on its local disks is "
+        f"gone. {then} {_checkpoint_line(instance)}",
+    )
+
+
+# --- replacements ------------------------------------------------------------------------------
+
+
+def _refuse(original: Instance, sentence: str) -> None:
+    instance_note(instance=original, note=f"no replacement: {sentence}", actor=ACTOR)
+    _tell(
+        original,
+        subject=f"No replacement for spot host {_name(original)}",
+        body=sentence,
+    )
+
+
+def replacement_start(*, instance_id, why: str, market: str | None = None) -> Instance | None:
+    """Launch a host in place of ``instance_id`` as its order's policy says; None when the
+    policy launches none or a limit refuses it (the owner is told which). At most one live
+    replacement per host: a second warning, the interruption after a warning, or two workers
+    at once find the first one and return it."""
+    original = instance_load(instance_id)
+    order = original.order
+    policy = _policy(original)
+    if policy not in RELAUNCH:
+        return None
+    if market is None:
+        market = Market.SPOT if policy == InterruptionPolicy.RELAUNCH_SPOT else Market.ON_DEMAND
+    limit = settings.PORTAL_SPOT_MAX_REPLACEMENTS
+    try:
+        with transaction.atomic():
+            request = order_request_of(order)
+            request = dataclasses.replace(
+                request,
+                count=1,
+                market=market,
+                estimate=order_estimate(
+                    instance_type=order.instance_type,
+                    market=market,
+                    count=1,
+                    lease_hours=order.lease_hours,
+                ),
+            )
+            # This host's row first: two workers replacing one host queue here, and the
+            # second finds the first one's replacement (and is not refused by its quota).
+            Instance.objects.select_for_update().get(pk=original.pk)
+            existing = (
+                original.replacements.exclude(status=Instance.Status.FAILED)
+                .order_by("-created_at")
+                .first()
+            )
+            if existing is not None:
+                return existing
+            made = order.instances.filter(replaces__isnull=False).count()
+            if made >= limit:
+                raise PortalError(
+                    f"Order {str(order.pk)[:8]} has had its {limit} replacement hosts "
+                    f"(PORTAL_SPOT_MAX_REPLACEMENTS); order again to carry on.",
+                    code="replacements_exhausted",
+                )
+            # Quota and budget, under the project lock, as for any order.
+            order_admit(request)
+            replacement = instance_create(
+                order,
+                market=market,
+                replaces=original,
+                reason=f"replaces {original.pk} ({why}; policy {policy})",
+            )
+            instance_note(
+                instance=original,
+                note=f"replaced by {replacement.pk} ({market.replace('_', '-')}, {why})",
+                actor=ACTOR,
+            )
+    except PortalError as error:
+        _refuse(original, f"{error.message} The {why} of {_name(original)} stands.")
+        return None
+    log.info("spot recovery: %s replaced by %s (%s)", original.pk, replacement.pk, why)
+    return replacement
+
+
+def spot_capacity_refused(*, instance_id, attempts: int, final: bool) -> bool:
+    """A spot launch found no capacity. For fallback_on_demand the host becomes on-demand now
+    (this launch ends, an on-demand replacement starts): True, stop retrying. For a
+    relaunch_spot replacement the owner hears once that the launch keeps trying: False."""
+    instance = instance_load(instance_id)
+    if instance.market != Market.SPOT or instance.status not in (
+        Instance.Status.REQUESTED,
+        Instance.Status.PROVISIONING,
+    ):
+        return False
+    policy = _policy(instance)
+    if policy == InterruptionPolicy.FALLBACK_ON_DEMAND:
+        instance, changed = instance_transition(
+            instance=instance,
+            to=Instance.Status.FAILED,
+            reason="The cloud has no spot capacity for it; falling back to on-demand.",
+            actor=ACTOR,
+        )
+        if changed:
+            replacement_start(instance_id=instance.pk, why="no spot capacity")
+        return True
+    if instance.replaces_id and policy == InterruptionPolicy.RELAUNCH_SPOT and attempts == 1:
+        _tell(
+            instance,
+            subject=f"No spot capacity yet for the replacement {_name(instance)}",
+            body="The cloud has no spot capacity for this type right now; the portal keeps "
+            f"trying with backoff ({settings.PORTAL_PROVISION_MAX_RETRIES} attempts) and tells "
+            "you if it gives up.",
+        )
+    if final and instance.replaces_id:
+        _tell(
+            instance,
+            subject=f"Replacement {_name(instance)} could not launch",
+            body=f"The cloud had no spot capacity after {attempts} attempts; order again, "
+            "another type, or on-demand.",
+        )
+    return False
+
+
+# --- the queue ---------------------------------------------------------------------------------
+
+
+def spot_events_drain(*, provider: Provider | None = None) -> int:
+    """Hear every warning waiting: from the SQS queue when one is configured, else from the
+    cloud directly (the simulated cloud; EC2 has none to read there). The simulated cloud is
+    asked either way: that is what moves its market on, and it posts to the queue itself.
+    Returns the number of warnings read."""
+    provider = provider or get_provider()
+    direct = provider.spot_warnings()
+    if not spot_events.queue_configured():
+        for warning in direct:
+            spot_warning_receive(warning=warning)
+        return len(direct)
+    read = 0
+    for warning, delete in spot_events.queue_drain():
+        if warning is not None:
+            spot_warning_receive(warning=warning)
+            read += 1
+        delete()
+    return read

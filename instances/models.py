@@ -473,29 +473,8 @@ class InstanceEvent(models.Model):
         return f"{self.instance_id}: {self.old_status or '∅'} → {self.new_status} at {self.at}"
 
 
-class LeaseNotice(models.Model):
-    """A lease warning sent to a host's owner: one row per host, lease end and warning, written
-    in the transaction that sends the notice, so beat passes, retries and restarted workers send
-    each warning once. An extension moves the lease end, and re-arms the warnings."""
-
-    instance = models.ForeignKey(Instance, on_delete=models.CASCADE, related_name="lease_notices")
-    lease_expires_at = models.DateTimeField()
-    hours_before = models.PositiveSmallIntegerField()
-    sent_at = models.DateTimeField(default=timezone.now)
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(
-                fields=["instance", "lease_expires_at", "hours_before"],
-                name="leasenotice_once",
-            )
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.instance_id}: {self.hours_before} h before {self.lease_expires_at}"
-
-
-# The simulated cloud's state and GPU telemetry's tables live in their own modules; importing
-# them here registers them.
+# Lease warnings, the simulated cloud's state and GPU telemetry's tables live in their own
+# modules; importing them here registers them.
 from instances.gpu import GpuHourlyReading, GpuReading, HostAgentCredential  # noqa: E402, F401
+from instances.lease_notices import LeaseNotice  # noqa: E402, F401
 from instances.simulated_hosts import SimulatedHost  # noqa: E402, F401

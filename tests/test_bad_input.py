@@ -9,6 +9,7 @@ and a body of thousands of unknown keys.
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 
 import pytest
 from axes.models import AccessAttempt
@@ -305,7 +306,7 @@ def test_the_largest_estimate_is_priced_and_a_larger_one_refused(api_as, world, 
         f"&count={settings.PORTAL_ORDER_MAX_COUNT}&lease_hours={settings.PORTAL_LEASE_MAX_HOURS}"
     )
     assert largest.status_code == 200, largest.content[:300]
-    assert float(largest.json()["per_lease"]) > 10_000
+    assert Decimal(largest.json()["per_lease"]) > 10_000
     for query, field in (("count=1000", "count"), ("lease_hours=8784", "lease_hours")):
         refused = as_alice.get(f"/api/v1/orders/estimate/?instance_type=p5e.48xlarge&{query}")
         assert refused.status_code == 400, query

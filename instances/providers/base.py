@@ -148,7 +148,7 @@ class Provider(abc.ABC):
     def gpu_readings(self, minute: datetime) -> dict[str, tuple[int, int]]:
         """Each running host's GPU utilisation (percent) and memory in use (MiB) during one
         minute, by cloud id. Only clouds with ``reports_gpu_readings`` answer."""
-        raise NotImplementedError(f"{self.name} hosts post their own GPU readings")
+        return {}  # its hosts post their own readings (the agent): nothing to gather here
 
     @abc.abstractmethod
     def instance_types(self) -> list[InstanceTypeSpec]:

@@ -1,0 +1,30 @@
+"""The record that a lease warning was sent (one per host, lease end and warning)."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.utils import timezone
+
+
+class LeaseNotice(models.Model):
+    """A lease warning sent to a host's owner: one row per host, lease end and warning, written
+    in the transaction that sends the notice, so beat passes, retries and restarted workers send
+    each warning once. An extension moves the lease end, and re-arms the warnings."""
+
+    instance = models.ForeignKey(
+        "instances.Instance", on_delete=models.CASCADE, related_name="lease_notices"
+    )
+    lease_expires_at = models.DateTimeField()
+    hours_before = models.PositiveSmallIntegerField()
+    sent_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["instance", "lease_expires_at", "hours_before"],
+                name="leasenotice_once",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.instance_id}: {self.hours_before} h before {self.lease_expires_at}"

@@ -20,6 +20,7 @@ from django.views.decorators.http import require_POST
 from instances import services
 from instances.api.filters import CatalogFilter
 from instances.checkpoints import backup_dir
+from instances.limits import order_preview
 from instances.models import (
     ACTIONS,
     Image,
@@ -270,10 +271,9 @@ def held_order_cancel(request: HttpRequest, pk) -> HttpResponse:
 # --- approvals -----------------------------------------------------------------------------------
 
 
-def approvals(request: HttpRequest) -> HttpResponse:
-    """The approval inbox of managers and admins."""
-    if not permissions.is_approver(request.user):
-        return forbidden(request, "Only admins and project managers approve orders.")
+def _approvals_page(
+    request: HttpRequest, *, errors: dict | None = None, typed: dict | None = None, status=200
+) -> HttpResponse:
     pending = (
         orders_to_decide(request.user)
         .select_related("requester", "project", "instance_type", "image")
@@ -285,7 +285,27 @@ def approvals(request: HttpRequest) -> HttpResponse:
         .select_related("requester", "project", "instance_type", "decided_by")
         .order_by("-decided_at")[:10]
     )
-    return render(request, "instances/approvals.html", {"pending": pending, "decided": decided})
+    errors, typed = errors or {}, typed or {}
+    rows = [
+        {
+            "o": order,
+            # What approving would leave and whether it would fail now: the admission checks
+            # order_approve runs, on the same request.
+            "preview": order_preview(services.order_request_of(order)),
+            "error": errors.get(order.pk, ""),
+            "typed": typed.get(order.pk, ""),
+        }
+        for order in pending
+    ]
+    context = {"pending": rows, "decided": decided}
+    return render(request, "instances/approvals.html", context, status=status)
+
+
+def approvals(request: HttpRequest) -> HttpResponse:
+    """The approval inbox of managers and admins, with the headroom each order would leave."""
+    if not permissions.is_approver(request.user):
+        return forbidden(request, "Only admins and project managers approve orders.")
+    return _approvals_page(request)
 
 
 @require_POST
@@ -301,7 +321,18 @@ def approval_decide(request: HttpRequest, pk, decision: str) -> HttpResponse:
             f"{order.requester.username}; provisioning has started.",
         )
     elif decision == "reject":
-        services.order_reject(order=order, user=request.user, reason=reason)
+        try:
+            services.order_reject(order=order, user=request.user, reason=reason)
+        except ValidationError as error:
+            if "reason" not in getattr(error, "error_dict", {}):
+                raise
+            # Said at the reason's field, on the inbox itself (nothing was decided).
+            return _approvals_page(
+                request,
+                errors={order.pk: " ".join(error.message_dict["reason"])},
+                typed={order.pk: reason},
+                status=400,
+            )
         messages.success(request, f"Rejected the order of {order.requester.username}.")
     else:
         messages.error(request, "Approve or reject.")

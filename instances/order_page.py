@@ -231,13 +231,20 @@ def order_context(request: HttpRequest, instance_type: InstanceType, data) -> di
         except ValidationError:
             return context
         context["preview"] = order_preview(order)
-        return context
+        return _bounded(context)
     preview = order_preview(order)
     if preview.refusal_code == "quota_lease":
         context["invalid"].append(words(None, PortalError("", code="quota_lease"))[1])
     context.update(preview=preview, **_priced(instance_type, market, count, lease))
-    if preview.hosts_fit is not None:
-        context["count_max"] = max(1, min(context["count_max"], preview.hosts_fit))
+    return _bounded(context)
+
+
+def _bounded(context: dict) -> dict:
+    """The Hosts input's bound: the portal's most hosts in one order, or fewer where the
+    quotas hold fewer (at least 1: a full quota is said by the refusal, not by the input)."""
+    fit = context["preview"].hosts_fit
+    if fit is not None:
+        context["count_max"] = max(1, min(context["count_max"], fit))
     return context
 
 

@@ -189,6 +189,7 @@ def order_context(request: HttpRequest, instance_type: InstanceType, data) -> di
         "invalid": [],
         "preview": Preview(),
         "count_max": settings.PORTAL_ORDER_MAX_COUNT,
+        "count_hint": f"Up to {settings.PORTAL_ORDER_MAX_COUNT} in one order.",
         "lease_max": longest,
         "project": project,
     }
@@ -243,8 +244,13 @@ def _bounded(context: dict) -> dict:
     """The Hosts input's bound: the portal's most hosts in one order, or fewer where the
     quotas hold fewer (at least 1: a full quota is said by the refusal, not by the input)."""
     fit = context["preview"].hosts_fit
+    most = settings.PORTAL_ORDER_MAX_COUNT
+    context["count_hint"] = f"Up to {most} in one order."
     if fit is not None:
-        context["count_max"] = max(1, min(context["count_max"], fit))
+        context["count_max"] = max(1, min(most, fit))
+        if fit < most:
+            room = f"room for {fit}" if fit else "no room left"
+            context["count_hint"] = f"Up to {most} in one order; the quota has {room} now."
     return context
 
 

@@ -123,12 +123,14 @@ def order_words(*, instance_type: InstanceType, longest: int):
                 return "lease_hours", f"A lease can last at most {longest} hours in this project."
             return REFUSAL_FIELDS.get(code), error.message
         if (name, code) == ("count", "out_of_range"):
-            return name, f"Choose between 1 and {params['max']} hosts."
+            most = params.get("max", settings.PORTAL_ORDER_MAX_COUNT)
+            return name, f"Choose between 1 and {most} hosts."
         if (name, code) == ("lease_hours", "out_of_range"):
-            if longest < params["max"]:
+            most = params.get("max", settings.PORTAL_LEASE_MAX_HOURS)
+            if longest < most:
                 return name, f"A lease can last at most {longest} hours in this project."
-            return name, f"A lease lasts from 1 to {params['max']} hours."
-        if (name, code) == ("max_spot_price", "below_spot_price"):
+            return name, f"A lease lasts from 1 to {most} hours."
+        if (name, code) == ("max_spot_price", "below_spot_price") and params:
             return name, (
                 f"Your maximum spot price {rate(params['price'])}/h is below the current spot "
                 f"price {rate(params['current'])}/h, so the host would not launch: raise it or "

@@ -404,7 +404,10 @@ AWS_EC2_INSTANCE_TYPES = env_list(
     "g5.xlarge,g6.xlarge,g6e.xlarge,p4d.24xlarge,p4de.24xlarge,p5.48xlarge,p5e.48xlarge",
 )
 AWS_ENDPOINT_URL = env_str("AWS_ENDPOINT_URL")
-PORTAL_EC2_SUBNET_ID = env_str("PORTAL_EC2_SUBNET_ID")
+# One subnet per availability zone, in order of preference: a launch that finds no capacity in
+# one zone tries the next, and a spot replacement tries the zone that lost its host last.
+# PORTAL_EC2_SUBNET_ID (one subnet) is still read when the list is not set.
+PORTAL_EC2_SUBNET_IDS = env_list("PORTAL_EC2_SUBNET_IDS", env_str("PORTAL_EC2_SUBNET_ID"))
 PORTAL_EC2_SECURITY_GROUP_IDS = env_list("PORTAL_EC2_SECURITY_GROUP_IDS")
 PORTAL_EC2_INSTANCE_PROFILE = env_str("PORTAL_EC2_INSTANCE_PROFILE")
 PORTAL_EC2_KMS_KEY_ID = env_str("PORTAL_EC2_KMS_KEY_ID")

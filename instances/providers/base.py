@@ -17,6 +17,11 @@ class ProviderError(Exception):
         self.code = code
 
 
+# The cloud's code for "no capacity for this type here right now" (EC2's, which the simulated
+# cloud speaks too): worth another zone, another market, or a later try.
+NO_CAPACITY = "InsufficientInstanceCapacity"
+
+
 class ProviderTransientError(ProviderError):
     """Worth retrying with backoff: throttling, a capacity blip, a network fault."""
 

@@ -89,7 +89,6 @@ from instances.services.reconcile import (
     reconcile,
 )
 from instances.services.recovery import (
-    NO_CAPACITY,
     host_interrupted,
     replacement_start,
     spot_capacity_refused,
@@ -119,7 +118,6 @@ from instances.services.transitions import (
 __all__ = [
     "FAILURE_ADVICE",
     "GAVE_UP",
-    "NO_CAPACITY",
     "REENQUEUED",
     "Estimate",
     "IdleReport",

@@ -302,6 +302,22 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
+# A cache every process shares (Redis, e.g. redis://127.0.0.1:6379/1): DRF's throttles (the
+# token endpoint's rate) then count across all gunicorn workers, and sessions are read from it
+# before the database (cached_db: a sign-out still ends the session everywhere at once). Without
+# one each process caches for itself, which suits the embedded default, and sessions stay in the
+# database alone.
+PORTAL_CACHE_URL = env_str("PORTAL_CACHE_URL")
+if PORTAL_CACHE_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": PORTAL_CACHE_URL,
+            "KEY_PREFIX": "portal",
+        }
+    }
+    SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
+
 # Celery. The embedded default is kombu's filesystem transport under var/ (no services needed);
 # compose and CI point CELERY_BROKER_URL at Redis.
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")

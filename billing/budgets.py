@@ -23,6 +23,7 @@ from django.utils import timezone
 from audit.services import audit_record_system
 from billing.models import Budget, BudgetAlert, DailyRollup
 from billing.money import SECONDS_PER_HOUR, dollars, micros
+from instances.limits import Headroom
 from instances.models import Instance, Market
 from instances.services import instance_system_stop
 from portal import permissions
@@ -241,9 +242,39 @@ def budget_check(request) -> None:
     )
 
 
+def budget_headroom(request) -> list[Headroom]:
+    """An ORDER_LIMITS entry: what is left of the project's budget this month (less what its
+    hosts will cost), and what this order would leave; ``over`` only where the policy refuses."""
+    budget = Budget.objects.filter(project=request.project).first()
+    if budget is None:
+        return []
+    status = budget_status(request.project)
+    left, cost = status.left_rs, order_cost_rs(request)
+    blocks = budget.blocks(request.market)
+    return [
+        Headroom(
+            label=f"Budget left in {status.month:%B}",
+            left=f"{usd(max(left, 0))} of {usd(status.amount_rs)}",
+            after=f"{usd(left - cost)} after this order" if cost <= left else "",
+            over=blocks and cost > left,
+            note=""
+            if blocks or cost <= left
+            else "over budget: finance is told, the order is not refused",
+        )
+    ]
+
+
 # --- the writers: setting a budget, checking budgets each pass -------------------------------
 
 DEFAULT_POLICY = Budget.Policy.NOTIFY
+# The smallest budget, for the page's form, the API's serializer and budget_set alike: a $0
+# budget puts the project "over" at once and, under a blocking policy, refuses every order;
+# nobody means that by typing 0.
+BUDGET_MIN = Decimal("0.01")
+BUDGET_MIN_MESSAGE = (
+    "A budget must be more than $0: at $0 the project is over budget at once. "
+    "Leave the amount empty for no budget."
+)
 
 
 def _thresholds(value) -> list[int]:
@@ -294,11 +325,13 @@ def budget_set(
                 {"monthly_amount": "Give an amount in dollars, e.g. 5000 or 1250.50."},
                 code="invalid",
             ) from None
-        if not amount.is_finite() or amount < 0 or amount != amount.quantize(Decimal("0.01")):
+        if not amount.is_finite() or amount != amount.quantize(Decimal("0.01")):
             raise ValidationError(
-                {"monthly_amount": "The amount is dollars and cents, 0 or more, e.g. 1250.50."},
+                {"monthly_amount": "The amount is dollars and cents, e.g. 1250.50."},
                 code="invalid",
             )
+        if amount < BUDGET_MIN:
+            raise ValidationError({"monthly_amount": BUDGET_MIN_MESSAGE}, code="min_value")
         budget = budget or Budget(project=project)
         budget.monthly_amount = amount
         if thresholds is not None:

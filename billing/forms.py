@@ -9,6 +9,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
+from billing.budgets import BUDGET_MIN, BUDGET_MIN_MESSAGE
 from billing.models import Budget, DailyRollup
 from billing.reports import FIRST_DAY, GRANULARITIES, GROUPS, LAST_DAY, ReportQuery
 from instances.models import InstanceType, Market
@@ -176,7 +177,18 @@ class BudgetForm(forms.Form):
     """One project's budget on the Budgets page (prefixed with the project's slug)."""
 
     monthly_amount = forms.DecimalField(
-        required=False, min_value=0, max_digits=14, decimal_places=2, label="Monthly budget ($)"
+        required=False,
+        min_value=BUDGET_MIN,
+        max_digits=14,
+        decimal_places=2,
+        label="Monthly budget ($)",
+        error_messages={
+            "min_value": BUDGET_MIN_MESSAGE,
+            "invalid": "Give an amount in dollars, e.g. 5000 or 1250.50.",
+            "max_decimal_places": "Give dollars and cents, at most two decimals.",
+            "max_digits": "That is more than a budget can hold.",
+            "max_whole_digits": "That is more than a budget can hold.",
+        },
     )
     thresholds = forms.CharField(
         required=False, help_text="Percentages, comma-separated", label="Alert at (%)"

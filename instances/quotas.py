@@ -11,7 +11,9 @@ from collections.abc import Iterable
 
 from django.conf import settings
 from django.db.models import Count, F, Q, Sum
+from django.utils.text import capfirst
 
+from instances.limits import Headroom
 from instances.models import Instance, InstanceType
 from portal.errors import Conflict
 from portal.models import Project, Quota, User
@@ -120,6 +122,46 @@ def quota_check(request) -> None:
                     f"Quota exceeded: {who} may run {limit.limit} {limit.label}; "
                     f"{limit.in_use} are in use{over} and this order asks for {asks}."
                 )
+
+
+def quota_headroom(request) -> list[Headroom]:
+    """An ORDER_LIMITS entry: for each counted limit of the project's quota (and the member's
+    own) that this order's type counts against, what is left now and after the order; then the
+    longest lease."""
+    found = []
+    asks_gpus = request.count * request.instance_type.gpu_count
+    model = request.instance_type.gpu_model
+    quotas = Quota.objects.filter(project=request.project).filter(
+        Q(user__isnull=True) | Q(user=request.requester)
+    )
+    for quota in quotas.select_related("user", "project"):
+        used = usage(project=request.project, user=quota.user)
+        for limit in quota.limits(used):
+            if limit.gpu_model and limit.gpu_model != model:
+                continue
+            left = max(0, limit.limit - limit.in_use)
+            hosts = limit.unit == "hosts"
+            asks = request.count if hosts else asks_gpus
+            per_host = 1 if hosts else request.instance_type.gpu_count
+            found.append(
+                Headroom(
+                    label=f"{capfirst(limit.label)} left in {_who(quota)}",
+                    left=f"{left} of {limit.limit}",
+                    after=f"{left - asks} after this order" if asks <= left else "",
+                    over=asks > left,
+                    hosts_fit=left // per_host if per_host else None,
+                )
+            )
+    hours, whose = longest_lease(project=request.project, user=request.requester)
+    found.append(
+        Headroom(
+            label="Longest lease",
+            left=f"{hours} h",
+            over=request.lease_hours > hours,
+            note=f"set by {whose}",
+        )
+    )
+    return found
 
 
 def quota_catalog_problems(values: dict) -> tuple[dict, dict[str, str]]:

@@ -2,16 +2,16 @@
 
 from django.urls import path
 
-from instances import views
+from instances import order_page, views
 
 urlpatterns = [
     path("approvals/", views.approvals, name="approvals"),
     path("approvals/<uuid:pk>/<str:decision>/", views.approval_decide, name="approval-decide"),
     path("catalog/", views.catalog, name="catalog"),
-    path("catalog/<str:name>/order/", views.order_page, name="order"),
+    path("catalog/<str:name>/order/", order_page.order_page, name="order"),
     path(
         "catalog/<str:name>/estimate/",
-        views.order_estimate_partial,
+        order_page.order_estimate_partial,
         name="order-estimate-panel",
     ),
     path("hosts/", views.hosts_page, name="hosts"),

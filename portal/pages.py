@@ -82,10 +82,17 @@ def _htmx_refusal(error: ValidationError | PortalError) -> HttpResponse:
     return response
 
 
+# A page's own words for a service's refusal: (field the service named or None, the error with
+# its code and params) -> (the form field to show it at or None, the sentence), or None to show
+# the service's sentence where the service put it. The API keeps the service's codes and
+# sentences; a page may say them the way its labels do.
+Words = Callable[[str | None, "ValidationError | PortalError"], "tuple[str | None, str] | None"]
+
+
 @contextmanager
-def form_errors(form: forms.Form) -> Iterator[None]:
-    """Put a refusal on the form: a field's problem beside the field, the rest above the form.
-    ``Forbidden`` is left to ``service_errors``."""
+def form_errors(form: forms.Form, words: Words | None = None) -> Iterator[None]:
+    """Put a refusal on the form: a field's problem beside the field, the rest above the form,
+    in the page's ``words`` where it has some. ``Forbidden`` is left to ``service_errors``."""
     try:
         yield
     except Forbidden:
@@ -94,11 +101,30 @@ def form_errors(form: forms.Form) -> Iterator[None]:
         if hasattr(error, "error_dict"):
             for name, problems in error.error_dict.items():
                 for problem in problems:
-                    form.add_error(name if name in form.fields else None, problem)
+                    _add(form, words, name, problem, " ".join(problem.messages))
         else:
-            form.add_error(None, error)
+            for problem in error.error_list:
+                _add(form, words, None, problem, " ".join(problem.messages))
     except PortalError as error:
-        form.add_error(error.field if error.field in form.fields else None, error.message)
+        _add(form, words, error.field, error, error.message)
+
+
+def _add(form: forms.Form, words: Words | None, name: str | None, error, text: str) -> None:
+    said = words(name, error) if words is not None else None
+    if said is not None:
+        name, text = said
+    form.add_error(name if name in form.fields else None, text)
+
+
+def mark_invalid(form: forms.Form) -> forms.Form:
+    """Give each widget with errors ``aria-invalid`` and ``aria-describedby`` naming the error
+    ``portal/_field_errors.html`` renders under it (static/js/forms.js focuses the first)."""
+    for name in form.errors:
+        if name in form.fields:
+            form.fields[name].widget.attrs.update(
+                {"aria-invalid": "true", "aria-describedby": f"{form[name].auto_id}-error"}
+            )
+    return form
 
 
 def form_problems(form: forms.Form) -> str:

@@ -201,19 +201,20 @@ def idle_policy_set(*, project: Project, actor: User, **values) -> IdlePolicy:
     for name in IDLE_POLICY_FIELDS:
         if name in values:
             setattr(policy, name, values[name])
-    problems = []
+    # Named by field, so that a page says each beside its input (the API lists them by field).
+    problems = {}
     if not 1 <= policy.threshold_percent <= 100:
-        problems.append("The threshold is a GPU utilisation from 1 to 100 %.")
-    if not 1 <= policy.warning_minutes < policy.idle_minutes:
-        problems.append(
+        problems["threshold_percent"] = "The threshold is a GPU utilisation from 1 to 100 %."
+    if not 2 <= policy.idle_minutes <= 7 * 24 * 60:
+        problems["idle_minutes"] = "The idle time is 2 minutes to a week (10080 minutes)."
+    elif not 1 <= policy.warning_minutes < policy.idle_minutes:
+        problems["warning_minutes"] = (
             "The warning comes at least a minute before the stop, within the idle time."
         )
-    if policy.idle_minutes > 7 * 24 * 60:
-        problems.append("The idle time is at most a week (10080 minutes).")
     if not 1 <= policy.snooze_hours <= 168:
-        problems.append("Keep running holds a host from 1 to 168 hours.")
+        problems["snooze_hours"] = "Keep running holds a host from 1 to 168 hours."
     if problems:
-        raise ValidationError(" ".join(problems))
+        raise ValidationError(problems, code="invalid")
     policy.updated_by = actor
     policy.save()
     return policy

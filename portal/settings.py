@@ -460,6 +460,9 @@ PORTAL_ORDER_MAX_COUNT = env_int("PORTAL_ORDER_MAX_COUNT", 8)
 # Checks order_submit runs under the project lock, in order (quota, budget, ...); each is a
 # callable(order_request) that raises to refuse.
 ORDER_ADMISSION_CHECKS: list[str] = ["instances.quotas.quota_check"]
+# What an order page and the approval inbox show before an order is placed or approved: the
+# headroom of each limit, callable(order_request) -> list[instances.limits.Headroom].
+ORDER_LIMITS: list[str] = ["instances.quotas.quota_headroom"]
 # Quotas are defined in portal and counted in instances: callable(keys) -> {key: Usage} for many
 # (project id, member id or None) keys at once; and callable(values) -> (values, problems)
 # checks of the names a quota's limits use, run before a quota is saved.
@@ -582,6 +585,7 @@ CELERY_BEAT_SCHEDULE.update(
 # --- Billing ---------------------------------------------------------------------------------
 # The budget check runs after the quota check, under the same project lock.
 ORDER_ADMISSION_CHECKS.append("billing.budgets.budget_check")
+ORDER_LIMITS.append("billing.budgets.budget_headroom")
 # Each project's spend against its budget, on its dashboard card.
 PORTAL_DASHBOARD_PANELS.append("billing.panels.budget_panel")
 # Seconds between metering passes (usage rows, then the daily rollups they changed) and between

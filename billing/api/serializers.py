@@ -10,7 +10,7 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
-from billing.budgets import BudgetStatus
+from billing.budgets import BUDGET_MIN, BUDGET_MIN_MESSAGE, BudgetStatus
 from billing.models import Budget, BudgetAlert
 from billing.reports import GRANULARITIES, GROUPS, Exact, Figures, Report
 
@@ -192,7 +192,8 @@ class BudgetInputSerializer(serializers.Serializer):
         max_digits=14,
         decimal_places=2,
         allow_null=True,
-        min_value=0,
+        min_value=BUDGET_MIN,
+        error_messages={"min_value": BUDGET_MIN_MESSAGE},
         coerce_to_string=True,
         help_text="Dollars a month; null removes the budget",
     )

@@ -142,14 +142,21 @@ def order_validate(
     lease_hours: int | None = None,
     max_spot_price: Decimal | None = None,
     interruption_policy: str = "",
+    key_required: bool = True,
 ) -> OrderRequest:
-    """Check an order field by field; every problem is reported at once, named by its field."""
+    """Check an order field by field; every problem is reported at once, named by its field.
+
+    ``key_required=False`` leaves the SSH key out (an order page's preview, before the key is
+    typed); every other rule is the submit's own. Refusals carry ``params`` (the limit, the
+    prices) so that a page can say them in its own words; the API sends the messages."""
     if not permissions.can_order(requester):
         raise Forbidden("Finance can read hosts and costs but cannot order hosts.")
     errors: dict[str, list[ValidationError]] = {}
 
-    def refuse(field_name: str, message: str, code: str) -> None:
-        errors.setdefault(field_name, []).append(ValidationError(message, code=code))
+    def refuse(field_name: str, message: str, code: str, **params) -> None:
+        errors.setdefault(field_name, []).append(
+            ValidationError(message, code=code, params=params or None)
+        )
 
     region = settings.PORTAL_REGION
     lease_hours = settings.PORTAL_LEASE_DEFAULT_HOURS if lease_hours is None else lease_hours
@@ -196,16 +203,19 @@ def order_validate(
             "count",
             f"count must be between 1 and {settings.PORTAL_ORDER_MAX_COUNT}.",
             "out_of_range",
+            max=settings.PORTAL_ORDER_MAX_COUNT,
         )
     if not 1 <= lease_hours <= settings.PORTAL_LEASE_MAX_HOURS:
         refuse(
             "lease_hours",
             f"lease_hours must be between 1 and {settings.PORTAL_LEASE_MAX_HOURS}.",
             "out_of_range",
+            max=settings.PORTAL_LEASE_MAX_HOURS,
         )
     key_line, fingerprint = "", ""
     try:
-        key_line, fingerprint = validate_public_key(ssh_public_key)
+        if key_required:
+            key_line, fingerprint = validate_public_key(ssh_public_key)
     except ValidationError as error:
         errors.setdefault("ssh_public_key", []).extend(error.error_list)
     if market != Market.SPOT:
@@ -235,6 +245,8 @@ def order_validate(
                     f"max_spot_price ${max_spot_price}/h is below the current spot price "
                     f"${current}/h, so the host would not launch; raise it or leave it empty.",
                     "below_spot_price",
+                    price=max_spot_price,
+                    current=current,
                 )
     if errors:
         raise ValidationError(errors)

@@ -4,25 +4,36 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import messages
-from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 
 from portal import permissions
 from portal.api.idle import policy_of
-from portal.pages import forbidden, form_problems, service_errors
+from portal.pages import forbidden, form_errors, mark_invalid, service_errors
 from portal.services import idle_policy_set
 
 
+def _whole(what: str) -> dict:
+    return {"invalid": f"Give {what} as a whole number.", "required": f"Give {what}."}
+
+
 class IdlePolicyForm(forms.Form):
+    """The idle stop's settings; idle_policy_set checks their ranges and says each at its field."""
+
     enabled = forms.BooleanField(required=False, label="Stop idle hosts")
-    threshold_percent = forms.IntegerField(min_value=1, max_value=100, label="Idle below (GPU %)")
-    idle_minutes = forms.IntegerField(min_value=2, max_value=10080, label="Idle for (minutes)")
-    warning_minutes = forms.IntegerField(
-        min_value=1, max_value=10079, label="Warn the owner (minutes before)"
+    threshold_percent = forms.IntegerField(
+        label="Idle below (GPU %)", error_messages=_whole("the threshold")
     )
-    snooze_hours = forms.IntegerField(min_value=1, max_value=168, label="Keep running holds (h)")
+    idle_minutes = forms.IntegerField(
+        label="Idle for (minutes)", error_messages=_whole("the idle time")
+    )
+    warning_minutes = forms.IntegerField(
+        label="Warn the owner (minutes before)", error_messages=_whole("the warning time")
+    )
+    snooze_hours = forms.IntegerField(
+        label="Keep running holds (h)", error_messages=_whole("the hours")
+    )
 
 
 def _back(request: HttpRequest | None = None, *, slug: str) -> str:
@@ -40,11 +51,12 @@ def idle_policy_page(request: HttpRequest, slug: str) -> HttpResponse:
                 request, "Only admins and the project's managers change its idle stop."
             )
         form = IdlePolicyForm(request.POST)
-        if not form.is_valid():
-            raise ValidationError(form_problems(form))
-        idle_policy_set(project=project, actor=request.user, **form.cleaned_data)
-        messages.success(request, f"Saved the idle stop of {slug}.")
-        return redirect(_back(slug=slug))
+        if form.is_valid():
+            with form_errors(form):
+                idle_policy_set(project=project, actor=request.user, **form.cleaned_data)
+                messages.success(request, f"Saved the idle stop of {slug}.")
+                return redirect(_back(slug=slug))
+        return _page(request, project, policy, mark_invalid(form), can_set, status=400)
     form = IdlePolicyForm(
         initial={
             "enabled": policy.enabled,
@@ -54,8 +66,13 @@ def idle_policy_page(request: HttpRequest, slug: str) -> HttpResponse:
             "snooze_hours": policy.snooze_hours,
         }
     )
+    return _page(request, project, policy, form, can_set)
+
+
+def _page(request, project, policy, form, can_set, status=200) -> HttpResponse:
     return render(
         request,
         "portal/idle_policy.html",
         {"project": project, "policy": policy, "form": form, "can_set": can_set},
+        status=status,
     )

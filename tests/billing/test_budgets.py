@@ -8,9 +8,10 @@ from decimal import Decimal
 
 import pytest
 from django.core import mail
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from billing.budgets import budget_set, budget_status, budgets_check
+from billing.budgets import BUDGET_MIN_MESSAGE, budget_set, budget_status, budgets_check
 from billing.models import Budget, BudgetAlert
 from billing.money import micros
 from instances.models import Instance
@@ -364,3 +365,22 @@ def test_the_budget_check_reads_all_projects_in_the_same_few_queries(ada):
         return len(seen)
 
     assert queries_with(2) == queries_with(8)
+
+
+@pytest.mark.parametrize("amount", ["0", "0.00", "-5"])
+def test_a_zero_budget_is_refused_by_page_and_api_alike(client, api_as, fin, projects, amount):
+    response = api_as(fin).put(
+        "/api/v1/budgets/vision-lab/", {"monthly_amount": amount}, format="json"
+    )
+    assert response.status_code == 400
+    assert response.json()["fields"]["monthly_amount"] == [BUDGET_MIN_MESSAGE]
+    client.force_login(fin)
+    page = client.post("/budgets/", {"project": "vision-lab", "vision-lab-monthly_amount": amount})
+    assert page.status_code == 400
+    html = page.content.decode()
+    assert BUDGET_MIN_MESSAGE in html
+    assert 'aria-invalid="true" aria-describedby="id_vision-lab-monthly_amount-error"' in html
+    assert not Budget.objects.exists()
+    with pytest.raises(ValidationError) as refused:
+        budget_set(project=projects["vision-lab"], actor=fin, monthly_amount=amount)
+    assert refused.value.message_dict["monthly_amount"] == [BUDGET_MIN_MESSAGE]

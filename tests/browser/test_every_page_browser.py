@@ -7,6 +7,7 @@ Screenshots of each page land in test-artifacts/pages/.
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -185,13 +186,17 @@ def test_revoking_a_token_asks_first(page, sign_in, alice, world):
     sign_in("alice")
     page.goto("/account/tokens/")
     row = page.locator("tr[data-token]").first
-    page.once("dialog", lambda dialog: dialog.dismiss())
-    row.get_by_role("button", name="Revoke").click()
-    expect(row).to_contain_text("active")
+    confirm = row.get_by_role("button", name=re.compile("Yes, revoke"))
+    expect(confirm).to_be_hidden()
+    row.locator("summary", has_text="Revoke…").click()
+    expect(confirm).to_be_visible()
+    row.locator("summary", has_text="Revoke…").click()  # changed their mind
+    expect(confirm).to_be_hidden()
     assert not ApiToken.objects.filter(revoked_at__isnull=False).exists()
 
-    page.once("dialog", lambda dialog: dialog.accept())
-    row.get_by_role("button", name="Revoke").click()
+    row.locator("summary", has_text="Revoke…").click()
+    confirm.click()
+    expect(page.locator(".flash")).to_contain_text("Revoked")
     expect(page.locator("tr[data-token]").first).to_contain_text("revoked")
     assert ApiToken.objects.filter(user=alice, revoked_at__isnull=False).count() == 1
 

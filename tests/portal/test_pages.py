@@ -98,3 +98,52 @@ def test_the_dashboard_shows_the_panels_settings_list_and_no_other(
     page = client.get("/dashboard/").content.decode()
     assert 'data-quota="GPUs"' not in page and "live hosts of yours" not in page
     assert 'data-project="vision-lab"' in page  # the card itself is portal's
+
+
+def test_the_idle_stop_says_a_bad_value_at_its_field_and_keeps_what_was_typed(
+    client, ada, projects
+):
+    client.force_login(ada)
+    response = client.post(
+        "/projects/vision-lab/idle-policy/",
+        {
+            "enabled": "on",
+            "threshold_percent": "150",
+            "idle_minutes": "30",
+            "warning_minutes": "45",
+            "snooze_hours": "many",
+        },
+    )
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert (
+        '<div class="field-error" id="id_snooze_hours-error"><p>Give the hours as a whole '
+        "number.</p></div>" in html
+    )
+    assert 'aria-invalid="true" aria-describedby="id_snooze_hours-error"' in html
+    assert 'value="150"' in html and 'value="45"' in html
+    fixed = client.post(
+        "/projects/vision-lab/idle-policy/",
+        {
+            "enabled": "on",
+            "threshold_percent": "150",
+            "idle_minutes": "30",
+            "warning_minutes": "45",
+            "snooze_hours": "4",
+        },
+    )
+    html = fixed.content.decode()
+    assert fixed.status_code == 400
+    assert "The threshold is a GPU utilisation from 1 to 100 %." in html
+    assert 'id="id_threshold_percent-error"' in html and 'id="id_warning_minutes-error"' in html
+    ok = client.post(
+        "/projects/vision-lab/idle-policy/",
+        {
+            "enabled": "on",
+            "threshold_percent": "10",
+            "idle_minutes": "30",
+            "warning_minutes": "5",
+            "snooze_hours": "4",
+        },
+    )
+    assert (ok.status_code, ok["Location"]) == (302, "/projects/vision-lab/idle-policy/")

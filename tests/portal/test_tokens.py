@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
+from html import unescape
 
 import pytest
 from django.db import connection
@@ -102,12 +103,62 @@ def test_nobody_revokes_someone_elses_token(api_as, alice, bob):
 
 def test_the_tokens_page_shows_a_new_token_once(client, alice):
     client.force_login(alice)
-    response = client.post("/account/tokens/", {"name": "notebook", "days": "7"})
+    posted = client.post("/account/tokens/", {"name": "notebook", "days": "7"})
+    assert (posted.status_code, posted["Location"]) == (302, "/account/tokens/")
+    response = client.get("/account/tokens/")
     secret = ApiToken.objects.get()
     html = response.content.decode()
     assert response["Cache-Control"] == "no-store"
     assert "gpp_" in html and "will not be shown again" in html
+    assert "Created the token notebook." in html
     again = client.get("/account/tokens/").content.decode()
     assert secret.prefix in again
     shown = html.split('id="new-token">')[1].split("<")[0]
-    assert shown not in again
+    assert shown.startswith("gpp_") and shown not in again
+
+
+def test_reloading_after_creating_a_token_creates_no_second_one(client, alice):
+    """Post, redirect, get: the browser's reload repeats the GET, not the POST."""
+    client.force_login(alice)
+    response = client.post("/account/tokens/", {"name": "ci", "days": "7"}, follow=True)
+    assert response.redirect_chain == [("/account/tokens/", 302)]
+    client.get(response.request["PATH_INFO"])
+    assert ApiToken.objects.filter(user=alice).count() == 1
+
+
+def test_the_secret_is_not_kept_in_the_session_once_shown(client, alice):
+    client.force_login(alice)
+    client.post("/account/tokens/", {"name": "ci"})
+    assert "portal:issued-token" in client.session
+    client.get("/account/tokens/")
+    assert "portal:issued-token" not in client.session
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "says"),
+    [
+        ({"name": "", "days": "7"}, "name", "Name the token, e.g. 'laptop' or 'CI'."),
+        ({"name": "ci", "days": "0"}, "days", "A token lives 1 to 90 days."),
+        ({"name": "ci", "days": "soon"}, "days", "Give the days as a whole number, e.g. 30."),
+    ],
+)
+def test_a_bad_token_form_is_said_at_its_field(client, alice, data, field, says):
+    client.force_login(alice)
+    response = client.post("/account/tokens/", data)
+    html = unescape(response.content.decode())
+    assert response.status_code == 400
+    assert f'<div class="field-error" id="id_{field}-error"><p>{says}</p></div>' in html
+    assert f'aria-describedby="id_{field}-error"' in html
+    assert f'value="{data["days"]}"' in html
+    assert not ApiToken.objects.exists()
+
+
+def test_revoking_from_the_page_says_it_was_revoked(client, alice):
+    token, _ = token_issue(user=alice, name="old laptop")
+    client.force_login(alice)
+    response = client.post("/account/tokens/", {"revoke": token.pk}, follow=True)
+    html = response.content.decode()
+    assert f"Revoked old laptop ({token.prefix}…)" in html
+    assert "Yes, revoke old laptop" not in html  # revoked: nothing left to confirm
+    token.refresh_from_db()
+    assert token.revoked_at is not None

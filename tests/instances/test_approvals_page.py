@@ -1,0 +1,77 @@
+"""The approval inbox shows the headroom each order would leave and warns before an approval
+that would fail; a rejection without a reason is said at the reason's field."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.test import Client
+
+from billing.budgets import budget_set
+from instances.models import Order
+from portal.models import ApprovalPolicy
+from portal.services import quota_set
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def held(projects, place_order, alice):
+    ApprovalPolicy.objects.create(project=projects["vision-lab"], gpus_above=0)
+    order = place_order(alice, count=2)
+    assert order.status == Order.Status.PENDING_APPROVAL
+    return order
+
+
+@pytest.fixture
+def inbox(ada):
+    client = Client()
+    client.force_login(ada)
+    return client
+
+
+def text(response) -> str:
+    return re.sub(r"\s+", " ", response.content.decode())
+
+
+def test_the_inbox_shows_the_headroom_the_order_would_leave(inbox, held, projects, ada, fin):
+    quota_set(project=projects["vision-lab"], actor=ada, max_gpus=8)
+    budget_set(project=projects["vision-lab"], actor=fin, monthly_amount="2000")
+    body = text(inbox.get("/approvals/"))
+    assert "GPUs left in vision-lab" in body
+    assert "8 of 8" in body and "6 after this order" in body
+    assert "Budget left in" in body and "after this order" in body
+    assert "Approving will fail now" not in body
+
+
+def test_the_inbox_warns_before_an_approval_that_would_fail(inbox, held, projects, ada):
+    quota_set(project=projects["vision-lab"], actor=ada, max_gpus=1)
+    body = text(inbox.get("/approvals/"))
+    assert "Approving will fail now: Quota exceeded: vision-lab may run 1 GPUs" in body
+    # ... and it does fail, with the same sentence.
+    response = inbox.post(f"/approvals/{held.pk}/approve/", follow=True)
+    assert "Quota exceeded: vision-lab may run 1 GPUs" in text(response)
+    held.refresh_from_db()
+    assert held.status == Order.Status.PENDING_APPROVAL
+
+
+def test_a_rejection_without_a_reason_is_said_at_the_reason(inbox, held):
+    response = inbox.post(f"/approvals/{held.pk}/reject/", {"reason": "  "})
+    assert response.status_code == 400
+    body = text(response)
+    field = f"reason-{held.pk}"
+    assert (
+        f'<div class="field-error" id="{field}-error"><p>Say why, so the researcher can order '
+        "differently.</p></div>" in body
+    )
+    assert f'aria-invalid="true" aria-describedby="{field}-error"' in body
+    held.refresh_from_db()
+    assert held.status == Order.Status.PENDING_APPROVAL
+
+
+def test_a_rejection_with_a_reason_redirects_with_a_message(inbox, held):
+    response = inbox.post(f"/approvals/{held.pk}/reject/", {"reason": "too big"})
+    assert (response.status_code, response["Location"]) == (302, "/approvals/")
+    held.refresh_from_db()
+    assert held.status == Order.Status.REJECTED

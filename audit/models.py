@@ -89,6 +89,12 @@ class AuditEvent(models.Model):
         return self.duration_us / 1000
 
     @property
+    def duration_known(self) -> bool:
+        """A task or command records its row inside the work it records, before that work has
+        finished, so its duration is known only when its caller measured it and passed it."""
+        return not (self.is_system and self.duration_us == 0)
+
+    @property
     def is_system(self) -> bool:
         return self.actor_role == "system"
 

@@ -78,9 +78,17 @@ def catalog(request: HttpRequest) -> HttpResponse:
 # --- hosts ---------------------------------------------------------------------------------------
 
 
+def _scope(request: HttpRequest) -> str:
+    """Mine or every host the viewer sees; someone who cannot own hosts (finance) always sees
+    every host they may read, never an empty "Mine"."""
+    if not permissions.can_order(request.user):
+        return "projects"
+    return "projects" if request.GET.get("scope") == "projects" else "mine"
+
+
 def _hosts_queryset(request: HttpRequest):
     rows = Instance.objects.for_user(request.user).with_detail().with_events().distinct()
-    scope = request.GET.get("scope", "mine")
+    scope = _scope(request)
     if scope == "mine":
         rows = rows.filter(owner=request.user)
     if request.GET.get("order"):
@@ -125,7 +133,7 @@ def _host_rows(request: HttpRequest) -> dict:
 
 def hosts_page(request: HttpRequest) -> HttpResponse:
     """My hosts: live status, running time, cost so far, connect, stop/start/terminate."""
-    scope = request.GET.get("scope", "mine")
+    scope = _scope(request)
     context = {
         **_host_rows(request),
         "held": held_orders(request.user, mine=scope == "mine"),

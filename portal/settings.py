@@ -468,8 +468,13 @@ ORDER_LIMITS: list[str] = ["instances.quotas.quota_headroom"]
 # checks of the names a quota's limits use, run before a quota is saved.
 PORTAL_QUOTA_USAGE = "instances.quotas.usage_of"
 PORTAL_QUOTA_VALIDATORS: list[str] = ["instances.quotas.quota_catalog_problems"]
+# The names the Quotas page offers in its rows: callable() -> portal.quota_rows.QuotaChoices.
+PORTAL_QUOTA_CHOICES = "instances.quotas.quota_choices"
+# The badge on the Approvals link: callable(user) -> how many held orders the user may decide.
+PORTAL_APPROVALS_WAITING = "instances.selectors.orders_to_decide_count"
 # The dashboard's panels, in order: callable(user, projects) -> portal.panels.Panel.
 PORTAL_DASHBOARD_PANELS: list[str] = [
+    "instances.panels.operations_panel",
     "instances.panels.summary_panel",
     "instances.panels.quota_panel",
     "instances.panels.hosts_panel",
@@ -588,6 +593,8 @@ ORDER_ADMISSION_CHECKS.append("billing.budgets.budget_check")
 ORDER_LIMITS.append("billing.budgets.budget_headroom")
 # Each project's spend against its budget, on its dashboard card.
 PORTAL_DASHBOARD_PANELS.append("billing.panels.budget_panel")
+# Finance's home: spend by project, budgets at risk and the month's trend, above the cards.
+PORTAL_DASHBOARD_PANELS.append("billing.panels.spend_panel")
 # Seconds between metering passes (usage rows, then the daily rollups they changed) and between
 # budget checks (threshold notices, the stop-hosts policy).
 PORTAL_METER_SECONDS = env_int("PORTAL_METER_SECONDS", 60)

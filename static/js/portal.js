@@ -53,3 +53,18 @@ if (window.htmx) {
 } else {
   document.addEventListener("DOMContentLoaded", () => sizeBars(document));
 }
+
+// The account menu (a <details>): Escape closes it and gives focus back to its button; a click
+// elsewhere closes it too.
+document.addEventListener("keydown", (event) => {
+  if (event.key !== "Escape") return;
+  document.querySelectorAll("details.menu[open]").forEach((menu) => {
+    menu.open = false;
+    menu.querySelector("summary").focus();
+  });
+});
+document.addEventListener("click", (event) => {
+  document.querySelectorAll("details.menu[open]").forEach((menu) => {
+    if (!menu.contains(event.target)) menu.open = false;
+  });
+});

@@ -1,8 +1,9 @@
 """Settings for the GPU host portal: one module, driven by environment variables.
 
-Defaults are safe for development (SQLite and a filesystem broker under ``var/``, the simulated
-cloud); production sets ``DJANGO_DEBUG=0`` and must then provide a secret key. See
-``.env.example`` for every variable.
+A server started without settings is a production server: ``DJANGO_DEBUG`` defaults to 0, which
+requires a secret key and an audit signing key. Development turns it on explicitly
+(``DJANGO_DEBUG=1``, as ``make run`` does); the other defaults need no services (SQLite and a
+filesystem broker under ``var/``, the simulated cloud). See ``.env.example`` for every variable.
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ from portal.env import env_bool, env_float, env_int, env_list, env_required, env
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("PORTAL_VAR_DIR", str(BASE_DIR / "var")))
 
-DEBUG = env_bool("DJANGO_DEBUG", True)
+# Off unless asked for: a forgotten variable must never serve tracebacks to the internet.
+DEBUG = env_bool("DJANGO_DEBUG", False)
+PRODUCTION_NEEDS = "when DJANGO_DEBUG=0 (the default; DJANGO_DEBUG=1 for development)"
 if DEBUG:
     SECRET_KEY = env_str("DJANGO_SECRET_KEY") or "dev-only-insecure-key-never-use-in-production"
 else:
-    SECRET_KEY = env_required("DJANGO_SECRET_KEY", when="when DJANGO_DEBUG=0")
+    SECRET_KEY = env_required("DJANGO_SECRET_KEY", when=PRODUCTION_NEEDS)
 
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS")
@@ -41,7 +44,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_celery_beat",
-    "axes",
+    "portal.axes_app.SignInAttemptsConfig",  # django-axes, named for the admin
     "csp",
     "audit",
     "portal",
@@ -556,7 +559,7 @@ if DEBUG:
         env_str("PORTAL_AUDIT_SIGNING_KEY") or "dev-only-audit-signing-key-never-use-in-production"
     )
 else:
-    PORTAL_AUDIT_SIGNING_KEY = env_required("PORTAL_AUDIT_SIGNING_KEY", when="when DJANGO_DEBUG=0")
+    PORTAL_AUDIT_SIGNING_KEY = env_required("PORTAL_AUDIT_SIGNING_KEY", when=PRODUCTION_NEEDS)
     # HMAC-SHA256 takes any key, but a short one can be guessed, and with it every checkpoint
     # forged: refuse to start rather than sign with it. 32 bytes is SHA-256's own output size.
     if len(PORTAL_AUDIT_SIGNING_KEY.encode("utf-8")) < AUDIT_SIGNING_KEY_MIN_BYTES:

@@ -20,7 +20,7 @@ from billing.metering import usage_meter
 from billing.rollups import rollups_refresh
 from portal.models import ApiToken
 from portal.services import approval_policy_set, quota_set, token_issue
-from tests.browser.conftest import ARTIFACTS
+from tests.browser.conftest import ARTIFACTS, answer_confirmation
 from tests.conftest import PASSWORD
 from tests.test_route_matrix import NOT_HERE, PAGE_METHODS
 
@@ -185,13 +185,13 @@ def test_revoking_a_token_asks_first(page, sign_in, alice, world):
     sign_in("alice")
     page.goto("/account/tokens/")
     row = page.locator("tr[data-token]").first
-    page.once("dialog", lambda dialog: dialog.dismiss())
     row.get_by_role("button", name="Revoke").click()
+    answer_confirmation(page, accept=False, says="Revoke laptop?")
     expect(row).to_contain_text("active")
     assert not ApiToken.objects.filter(revoked_at__isnull=False).exists()
 
-    page.once("dialog", lambda dialog: dialog.accept())
     row.get_by_role("button", name="Revoke").click()
+    answer_confirmation(page)
     expect(page.locator("tr[data-token]").first).to_contain_text("revoked")
     assert ApiToken.objects.filter(user=alice, revoked_at__isnull=False).count() == 1
 

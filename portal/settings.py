@@ -633,6 +633,9 @@ INSTANCE_PRICE_HOOKS: list[str] = ["billing.prices.list_price_record"]
 # What a host has cost so far (host pages, the instances API): billing's metering, so that the
 # live figure is the bill. callable(instances, *, now) -> {instance pk: Decimal dollars}.
 PORTAL_INSTANCE_COST = "billing.metering.costs_so_far"
+# What a host costs per hour now (My hosts' running total): billing's rule, the one budgets
+# commit with. callable(instance) -> Decimal dollars per hour.
+PORTAL_INSTANCE_RATE = "billing.budgets.host_rate_per_hour"
 # --- end of billing settings -----------------------------------------------------------------
 
 # --- Operations (issue 14): metrics, structured logs, health ---------------------------------

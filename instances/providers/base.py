@@ -85,6 +85,11 @@ TAG_OWNER = "portal:owner"
 TAG_DEPLOYMENT = "portal:deployment"
 
 
+def host_name(instance_uuid: str) -> str:
+    """A host's name, on its pages and as the cloud's Name tag: portal-<first 8 of its id>."""
+    return f"portal-{str(instance_uuid)[:8]}"
+
+
 @dataclass(frozen=True)
 class LaunchRequest:
     """Everything a launch needs; the same request with the same token is the same host."""

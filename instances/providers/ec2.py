@@ -28,6 +28,7 @@ from instances.providers.base import (
     ProviderPermanentError,
     ProviderTransientError,
     SpotPriceQuote,
+    host_name,
     launch_tags,
 )
 
@@ -167,7 +168,7 @@ class EC2Provider(Provider):
 
     def launch(self, request: LaunchRequest) -> CloudHost:
         tags = [{"Key": k, "Value": v} for k, v in sorted(launch_tags(request).items())]
-        tags.append({"Key": "Name", "Value": f"portal-{request.instance_uuid[:8]}"})
+        tags.append({"Key": "Name", "Value": host_name(request.instance_uuid)})
         # cloud-init installs the researcher's key: no EC2 key pair per user to manage.
         # JSON strings are YAML strings: a key comment such as "alice: x #y" stays one string.
         key = json.dumps(request.ssh_public_key)

@@ -24,6 +24,7 @@ from instances.services.actions import (
     instance_request_start,
     instance_request_stop,
     instance_request_terminate,
+    instances_request_action,
 )
 from instances.services.approvals import (
     order_approve,
@@ -161,6 +162,7 @@ __all__ = [
     "instance_type_save",
     "instance_type_sync",
     "instance_walk",
+    "instances_request_action",
     "launch_order_key",
     "launch_request",
     "leases_expire",

@@ -103,7 +103,8 @@ def sign_in_on(page, username: str) -> None:
 def settle(page, path: str) -> None:
     """Wait until what the page draws or fetches after loading has happened."""
     if path == "/api/v1/docs/":
-        expect(page.locator(".swagger-ui .opblock").first).to_be_visible()
+        # The schema is generated on request: seconds on a loaded machine.
+        expect(page.locator(".swagger-ui .opblock").first).to_be_visible(timeout=20_000)
     elif path == "/costs/":
         expect(page.locator("#spend-chart")).to_have_attribute("data-ready", "true")
     elif path.startswith("/hosts/") and path != "/hosts/":

@@ -128,5 +128,6 @@ def approval_decide(request: HttpRequest, pk, decision: str) -> HttpResponse:
             )
         messages.success(request, f"Rejected the order of {order.requester.username}.")
     else:
-        messages.error(request, "Approve or reject.")
+        # Through service_errors like any refusal: the message, and a denied audit row.
+        raise ValidationError("Approve or reject.", code="unknown_decision")
     return redirect("approvals")

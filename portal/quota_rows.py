@@ -10,7 +10,9 @@ without a round trip. The names offered come from the catalog through ``PORTAL_Q
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from django import forms
 from django.conf import settings
@@ -83,18 +85,24 @@ class RowsWidget(forms.Widget):
 
 
 class RowsField(forms.Field):
-    """Rows in, a mapping out: ``{key: value}``, with each row's problem said in words."""
+    """Rows in, a mapping out: ``{key: convert(key, value)}``, each row's problem in words."""
 
-    def __init__(self, *, key_label: str, value_label: str, value_kind: str, **kwargs):
+    def __init__(
+        self,
+        *,
+        key_label: str,
+        value_label: str,
+        value_kind: str,
+        convert: Callable[[str, str], Any],
+        **kwargs,
+    ):
         self.noun = key_label
+        self.convert = convert
         widget = RowsWidget(key_label=key_label, value_label=value_label, value_kind=value_kind)
         super().__init__(widget=widget, required=False, **kwargs)
 
     def set_keys(self, keys: list[str]) -> None:
         self.widget.keys = list(keys)
-
-    def clean_value(self, key: str, value: str):
-        raise NotImplementedError
 
     def clean(self, value) -> dict:
         found: dict = {}
@@ -109,7 +117,7 @@ class RowsField(forms.Field):
                 problems.append(f"{key} is on two rows; keep one.")
                 continue
             try:
-                found[key] = self.clean_value(key, raw)
+                found[key] = self.convert(key, raw)
             except forms.ValidationError as error:
                 problems.extend(error.messages)
         if problems:
@@ -117,31 +125,37 @@ class RowsField(forms.Field):
         return found
 
 
-class GpuLimitsField(RowsField):
+def _gpu_limit(key: str, value: str) -> int:
+    if not value:
+        raise forms.ValidationError(f"Give the number of {key} GPUs allowed.")
+    if not value.isdigit():
+        raise forms.ValidationError(f"The {key} limit must be a whole number, 0 or more.")
+    return int(value)
+
+
+def _market(key: str, value: str) -> list[str]:
+    if value not in MARKETS:
+        raise forms.ValidationError(f"Choose on-demand only or spot only for {key}.")
+    return [value]
+
+
+def gpu_limits_field(**kwargs) -> RowsField:
     """GPUs per model: ``{"H100": 16}``."""
-
-    def __init__(self, **kwargs):
-        super().__init__(
-            key_label="GPU model", value_label="GPUs at most", value_kind="number", **kwargs
-        )
-
-    def clean_value(self, key: str, value: str) -> int:
-        if not value:
-            raise forms.ValidationError(f"Give the number of {key} GPUs allowed.")
-        if not value.isdigit():
-            raise forms.ValidationError(f"The {key} limit must be a whole number, 0 or more.")
-        return int(value)
+    return RowsField(
+        key_label="GPU model",
+        value_label="GPUs at most",
+        value_kind="number",
+        convert=_gpu_limit,
+        **kwargs,
+    )
 
 
-class MarketsField(RowsField):
-    """Markets per type: ``{"p5.48xlarge": ["spot"]}``; no row for a type allows both."""
-
-    def __init__(self, **kwargs):
-        super().__init__(
-            key_label="instance type", value_label="Market", value_kind="markets", **kwargs
-        )
-
-    def clean_value(self, key: str, value: str) -> list[str]:
-        if value not in MARKETS:
-            raise forms.ValidationError(f"Choose on-demand only or spot only for {key}.")
-        return [value]
+def markets_field(**kwargs) -> RowsField:
+    """Markets per type: ``{"p5.48xlarge": ["spot"]}``; a type without a row allows both."""
+    return RowsField(
+        key_label="instance type",
+        value_label="Market",
+        value_kind="markets",
+        convert=_market,
+        **kwargs,
+    )

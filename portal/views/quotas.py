@@ -15,7 +15,7 @@ from django.views.decorators.http import require_POST
 from portal import permissions
 from portal.models import ApprovalPolicy, Project, Quota, QuotaChange
 from portal.pages import forbidden, form_errors, service_errors
-from portal.quota_rows import GpuLimitsField, MarketsField, QuotaChoices, quota_choices
+from portal.quota_rows import QuotaChoices, gpu_limits_field, markets_field, quota_choices
 from portal.quotas import bars, change_in_words, quota_values_problems, usage_of
 from portal.services import approval_policy_set, quota_set
 
@@ -32,8 +32,8 @@ class QuotaForm(forms.Form):
         label="Allowed types",
         help_text="comma-separated; empty allows all",
     )
-    max_gpus_by_model = GpuLimitsField(label="GPUs per model")
-    allowed_markets = MarketsField(
+    max_gpus_by_model = gpu_limits_field(label="GPUs per model")
+    allowed_markets = markets_field(
         label="Markets per type", help_text="a type without a row may run on-demand and spot"
     )
 

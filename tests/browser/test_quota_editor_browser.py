@@ -87,3 +87,23 @@ def test_ada_sets_gpus_per_model_and_markets_per_type_as_rows(
     )
     width_now = page.evaluate("document.querySelector('#q-vision-lab').scrollWidth")
     assert width_now <= width
+
+
+def test_the_account_menu_is_a_button_that_works_from_the_keyboard(new_context, fin):
+    page = new_context().new_page()
+    page.set_default_timeout(15_000)
+    page.goto("/login/")
+    page.fill("#id_username", "fin")
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url("**/dashboard/**")
+    # A <summary>: focusable, opened with Enter or Space, announced as a disclosure button.
+    button = page.locator("details.menu > summary")
+    expect(button).to_be_visible()
+    expect(button.locator(".caret")).to_be_visible()
+    button.focus()
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("link", name="API tokens")).to_be_visible()
+    page.keyboard.press("Escape")
+    expect(page.get_by_role("link", name="API tokens")).to_be_hidden()
+    expect(button).to_be_focused()

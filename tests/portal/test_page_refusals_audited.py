@@ -85,3 +85,12 @@ def test_the_date_filter_reads_utc_without_an_offset(client, ada, typed, setting
     page = response.content.decode()
     assert 'type="datetime-local"' not in page
     assert "UTC, 24-hour clock" in page
+
+
+def test_a_decision_that_is_neither_is_refused_and_recorded_denied(client, ada, waiting):
+    client.force_login(ada)
+    path = f"/approvals/{waiting.pk}/maybe/"
+    response = client.post(path, {"reason": "hm"}, follow=True)
+    assert "Approve or reject." in response.content.decode()
+    row = _row(path)
+    assert (row.status, row.outcome, row.error) == (302, "denied", "refused: unknown_decision")

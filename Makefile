@@ -27,6 +27,12 @@ node_modules/.package-lock.json: package-lock.json
 
 install: $(VENV)/.installed node_modules/.package-lock.json
 
+# The demo and the developer's commands run with debug on; a server started any other way without
+# DJANGO_DEBUG is a production one (it then needs DJANGO_SECRET_KEY and PORTAL_AUDIT_SIGNING_KEY).
+run: export DJANGO_DEBUG ?= 1
+lint: export DJANGO_DEBUG ?= 1
+bench: export DJANGO_DEBUG ?= 1
+
 # Web, worker and beat count into one folder so /metrics sums them; emptied at each start.
 run: export PROMETHEUS_MULTIPROC_DIR := $(CURDIR)/var/metrics
 run: install

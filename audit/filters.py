@@ -11,6 +11,7 @@ from datetime import UTC
 import django_filters
 from django import forms
 from django.db.models import Q
+from django.utils import timezone
 
 from audit.models import AuditEvent, Outcome
 
@@ -51,16 +52,20 @@ class StatusFilter(django_filters.CharFilter):
 
 
 _TIME_ERRORS = {
-    "invalid": "Enter a date and time in UTC such as 2026-11-29T14:00 or 2026-11-29T14:00:00Z."
+    "invalid": "Enter a date, or a date and a 24-hour time, in UTC, such as 2026-11-29 or "
+    "2026-11-29 14:00."
 }
 
 
 class UtcDateTimeField(django_filters.fields.IsoDateTimeField):
     """An ISO 8601 time, turned into UTC before it reaches the database (PostgreSQL refuses
-    offsets past 15:59, and a time at the calendar's edge may have no UTC equivalent)."""
+    offsets past 15:59, and a time at the calendar's edge may have no UTC equivalent). A time
+    without an offset, or a bare date (its midnight), is UTC whatever TIME_ZONE says: the pages
+    label these boxes UTC."""
 
     def to_python(self, value):
-        moment = super().to_python(value)
+        with timezone.override(UTC):
+            moment = super().to_python(value)
         if moment is None:
             return None
         try:

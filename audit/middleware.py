@@ -38,7 +38,7 @@ from django.urls import NoReverseMatch, Resolver404, resolve
 from django.utils import timezone
 
 from audit.bodies import ParsedBody, parse_body, summarize
-from audit.context import current_request_id, new_request_id, sane_request_id
+from audit.context import current_refusals, current_request_id, new_request_id, sane_request_id
 from audit.limits import Refusal, content_length, request_refusal
 from audit.models import Outcome
 from audit.redaction import (
@@ -239,6 +239,13 @@ class _Call:
         summary, digest, size = "", "", None
         if request.method not in SAFE_METHODS:
             summary, digest, size = self._body_fields()
+        outcome = _outcome(request, response, status, action)
+        error = getattr(request, "audit_error", "")
+        refusals = current_refusals.get() or []
+        if refusals and outcome == Outcome.SUCCESS:
+            # A page refused and said so on a redirect or a re-shown form (portal.pages).
+            outcome = Outcome.DENIED
+            error = error or f"refused: {refusals[-1]}"
 
         return {
             "time": self.time,
@@ -255,11 +262,11 @@ class _Call:
             "path": clean_text(request.path, 2048),
             "query": redact_query(request.META.get("QUERY_STRING", "")),
             "status": status,
-            "outcome": _outcome(request, response, status, action),
+            "outcome": outcome,
             "duration_us": int((time.perf_counter() - self.started) * 1_000_000),
             "object_ref": object_ref(request, match),
             "action": action,
-            "error": clean_text(getattr(request, "audit_error", ""), 200),
+            "error": clean_text(error, 200),
             "body_bytes": size,
             "body_digest": digest,
             "body_summary": summary,
@@ -406,6 +413,7 @@ class AuditMiddleware:
             sane_request_id(request.headers.get("X-Request-ID")) or new_request_id()
         )
         token = current_request_id.set(request.request_id)
+        refused = current_refusals.set([])
         refusal = request_refusal(request)
         secrets = _carried_secrets(request)
         call = None
@@ -428,6 +436,7 @@ class AuditMiddleware:
                 response = self._unsafe(request, call)
         finally:
             request_secrets.reset(scrub)
+            current_refusals.reset(refused)
             current_request_id.reset(token)
         response["X-Request-ID"] = request.request_id
         return response

@@ -70,6 +70,8 @@ class AuditEvent(models.Model):
     objects = AuditEventQuerySet.as_manager()
 
     class Meta:
+        verbose_name = "recorded call"
+        verbose_name_plural = "recorded calls"
         db_table = "audit_event"
         ordering = ["-seq"]
         indexes = [
@@ -87,6 +89,12 @@ class AuditEvent(models.Model):
     @property
     def duration_ms(self) -> float:
         return self.duration_us / 1000
+
+    @property
+    def duration_known(self) -> bool:
+        """A task or command records its row inside the work it records, before that work has
+        finished, so its duration is known only when its caller measured it and passed it."""
+        return not (self.is_system and self.duration_us == 0)
 
     @property
     def is_system(self) -> bool:
@@ -147,6 +155,8 @@ class AuditCheckpoint(models.Model):
     signature = models.CharField(max_length=64)
 
     class Meta:
+        verbose_name = "signed checkpoint"
+        verbose_name_plural = "signed checkpoints"
         db_table = "audit_checkpoint"
         ordering = ["number"]
         # The audit pages find the checkpoint of a row's position with it.
@@ -174,6 +184,8 @@ class AuditPrune(models.Model):
     signature = models.CharField(max_length=64)
 
     class Meta:
+        verbose_name = "deleted period"
+        verbose_name_plural = "deleted periods"
         db_table = "audit_prune"
         ordering = ["through_checkpoint"]
 
@@ -193,6 +205,8 @@ class AuditExport(models.Model):
     exported_at = models.DateTimeField()
 
     class Meta:
+        verbose_name = "export to S3"
+        verbose_name_plural = "exports to S3"
         db_table = "audit_export"
         ordering = ["checkpoint_number"]
 

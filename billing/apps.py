@@ -3,3 +3,4 @@ from django.apps import AppConfig
 
 class BillingConfig(AppConfig):
     name = "billing"
+    verbose_name = "Costs and budgets"

@@ -56,7 +56,7 @@ def month_end(moment: datetime) -> datetime:
 
 def usd(rate_seconds: int) -> str:
     """$1,234.56 from rate-seconds, rounded once (the templates' usd filter, to the cent)."""
-    return usd_filter(dollars(rate_seconds), 2)
+    return usd_filter(dollars(rate_seconds))
 
 
 def host_rate_micros(instance: Instance) -> int:
@@ -67,6 +67,11 @@ def host_rate_micros(instance: Instance) -> int:
         price = kind.spot_price_per_hour
         return micros(price if price is not None else instance.order.quoted_price_per_hour)
     return micros(kind.on_demand_price_per_hour)
+
+
+def host_rate_per_hour(instance: Instance) -> Decimal:
+    """``host_rate_micros`` in dollars: the PORTAL_INSTANCE_RATE hook (My hosts' running total)."""
+    return Decimal(host_rate_micros(instance)).scaleb(-6)
 
 
 def committed_rs(instance: Instance, now: datetime) -> int:

@@ -118,6 +118,8 @@ class Usage(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
+        verbose_name = "metered usage piece"
+        verbose_name_plural = "metered usage"
         ordering = ["start"]
         constraints = [
             models.UniqueConstraint(fields=["instance", "start"], name="usage_unique_piece")
@@ -147,6 +149,8 @@ class MeterMark(models.Model):
     metered_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name = "metering progress mark"
+        verbose_name_plural = "metering progress marks"
         indexes = [models.Index(fields=["final"], name="metermark_final_idx")]
 
     def __str__(self) -> str:
@@ -197,6 +201,8 @@ class DailyRollup(models.Model):
     objects = ScopedQuerySet.as_manager()
 
     class Meta:
+        verbose_name = "daily cost total"
+        verbose_name_plural = "daily cost totals"
         ordering = ["day"]
         constraints = [
             # gpu_model too: a type whose GPU model is renamed starts new rows (deltas are
@@ -329,6 +335,8 @@ class CurImport(models.Model):
     summary = models.JSONField(default=dict)
 
     class Meta:
+        verbose_name = "Cost and Usage Report import"
+        verbose_name_plural = "Cost and Usage Report imports"
         ordering = ["-imported_at", "-id"]
 
     def __str__(self) -> str:

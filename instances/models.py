@@ -12,6 +12,7 @@ from django.db import models
 from django.utils import timezone
 
 from instances.fields import MONEY
+from instances.providers.base import host_name
 from portal import permissions
 
 
@@ -369,6 +370,10 @@ class Instance(models.Model):
     @property
     def is_live(self) -> bool:
         return self.status in self.LIVE
+
+    @property
+    def name(self) -> str:
+        return host_name(str(self.pk))
 
     @property
     def lease_hours_total(self) -> int:

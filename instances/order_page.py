@@ -24,7 +24,7 @@ from portal import permissions
 from portal.errors import PortalError
 from portal.models import Project
 from portal.pages import forbidden, form_errors, mark_invalid, service_errors
-from portal.templatetags.portal_tags import rate
+from portal.templatetags.portal_tags import RATE, usd
 
 
 class OrderForm(forms.Form):
@@ -132,9 +132,9 @@ def order_words(*, instance_type: InstanceType, longest: int):
             return name, f"A lease lasts from 1 to {most} hours."
         if (name, code) == ("max_spot_price", "below_spot_price") and params:
             return name, (
-                f"Your maximum spot price {rate(params['price'])}/h is below the current spot "
-                f"price {rate(params['current'])}/h, so the host would not launch: raise it or "
-                "leave it empty."
+                f"Your maximum spot price {usd(params['price'], RATE)}/h is below the current "
+                f"spot price {usd(params['current'], RATE)}/h, so the host would not launch: "
+                "raise it or leave it empty."
             )
         if (name, code) == ("max_spot_price", "min_value"):
             return (
@@ -324,7 +324,7 @@ def order_page(request: HttpRequest, name: str) -> HttpResponse:
             messages.success(
                 request, f"Ordered {what} for {order.project.slug}. Provisioning has started."
             )
-            return redirect(f"{reverse('hosts')}?order={order.pk}")
+            return redirect(f"{reverse('hosts')}?new={order.pk}")
     context.update(form=mark_invalid(form), images=instance_type.compatible_images())
     status = 400 if request.method == "POST" else 200
     return render(request, "instances/order.html", context, status=status)

@@ -6,7 +6,10 @@ Each panel is built for all the viewer's projects at once, in a fixed number of 
 
 from __future__ import annotations
 
-from django.db.models import Q
+from datetime import timedelta
+
+from django.db.models import Count, Q
+from django.utils import timezone
 
 from instances.models import Instance, Order
 from instances.quotas import usage_of
@@ -17,8 +20,11 @@ from portal.panels import Panel
 from portal.quotas import bars
 
 
-def summary_panel(user: User, projects: list[Project]) -> Panel:
-    """Under the greeting: live hosts, orders waiting, orders to decide."""
+def summary_panel(user: User, projects: list[Project]) -> Panel | None:
+    """Under the greeting: live hosts, orders waiting, orders to decide; nothing for someone
+    who owns no hosts (finance)."""
+    if not permissions.can_order(user):
+        return None
     inbox = orders_to_decide(user).count() if permissions.can_order(user) else 0
     return Panel(
         template="instances/_dashboard_summary.html",
@@ -53,8 +59,10 @@ def quota_panel(user: User, projects: list[Project]) -> Panel:
     return Panel(template="instances/_dashboard_quota.html", place="card", by_project=by_project)
 
 
-def hosts_panel(user: User, projects: list[Project]) -> Panel:
+def hosts_panel(user: User, projects: list[Project]) -> Panel | None:
     """Beside the cards: the viewer's newest live hosts and their orders waiting for a yes."""
+    if not permissions.can_order(user):
+        return None
     return Panel(
         template="instances/_dashboard_hosts.html",
         place="aside",
@@ -69,5 +77,57 @@ def hosts_panel(user: User, projects: list[Project]) -> Panel:
                     requester=user, status=Order.Status.PENDING_APPROVAL
                 ).select_related("instance_type", "project")
             ),
+        },
+    )
+
+
+def operations_panel(user: User, projects: list[Project]) -> Panel | None:
+    """Admins' home: the held orders waiting for them, the projects near or over a quota
+    limit, and every project's hosts by state (with the failures of the last day)."""
+    if not permissions.sees_operations_overview(user):
+        return None
+    ids = [project.pk for project in projects]
+    inbox = orders_to_decide(user).select_related("requester", "project", "instance_type")
+    quotas = {
+        quota.project_id: quota for quota in Quota.objects.filter(project_id__in=ids, user=None)
+    }
+    used = usage_of((pk, None) for pk in quotas)
+    pressure = []
+    for project in projects:
+        if project.pk not in quotas:
+            continue
+        shown = bars(quotas[project.pk], used[(project.pk, None)])
+        tight = [bar for bar in shown if bar["level"] != "ok"]
+        if tight:
+            pressure.append(
+                {"project": project, "bars": tight, "top": max(b["percent"] for b in tight)}
+            )
+    pressure.sort(key=lambda row: (-row["top"], row["project"].slug))
+    counts = dict(
+        Instance.objects.filter(project_id__in=ids, status__in=Instance.LIVE)
+        .values_list("status")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    states = [
+        {"status": value, "label": label, "count": counts[value]}
+        for value, label in Instance.Status.choices
+        if counts.get(value)
+    ]
+    failed = Instance.objects.filter(
+        project_id__in=ids,
+        status__in=[Instance.Status.FAILED, Instance.Status.INTERRUPTED],
+        status_changed_at__gte=timezone.now() - timedelta(days=1),
+    ).count()
+    return Panel(
+        template="instances/_dashboard_operations.html",
+        place="lead",
+        context={
+            "inbox": list(inbox.order_by("created_at")[:5]),
+            "inbox_count": inbox.count(),
+            "pressure": pressure,
+            "states": states,
+            "live": sum(counts.values()),
+            "failed": failed,
         },
     )

@@ -17,6 +17,7 @@ from instances.limits import Headroom
 from instances.models import Instance, InstanceType
 from portal.errors import Conflict
 from portal.models import Project, Quota, User
+from portal.quota_rows import QuotaChoices
 from portal.quotas import Key, Usage
 
 
@@ -190,3 +191,13 @@ def quota_catalog_problems(values: dict) -> tuple[dict, dict[str, str]]:
         if unknown:
             problems[field_name] = f"{', '.join(unknown)} is not an instance type in the catalog."
     return values, problems
+
+
+def quota_choices() -> QuotaChoices:
+    """The PORTAL_QUOTA_CHOICES hook: the GPU models and instance types the catalog offers,
+    the names quota_catalog_problems accepts."""
+    offered = InstanceType.objects.offered()
+    return QuotaChoices(
+        gpu_models=sorted(set(offered.values_list("gpu_model", flat=True))),
+        instance_types=sorted(offered.values_list("name", flat=True)),
+    )

@@ -23,6 +23,11 @@ def orders_to_decide(user) -> QuerySet:
     )
 
 
+def orders_to_decide_count(user) -> int:
+    """The PORTAL_APPROVALS_WAITING hook: the number on the Approvals link."""
+    return orders_to_decide(user).count()
+
+
 def instance_load(instance_id) -> Instance:
     """One host with what its pages and its worker read (Instance.objects.with_detail())."""
     return Instance.objects.with_detail().get(pk=instance_id)

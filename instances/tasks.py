@@ -14,7 +14,7 @@ from django.conf import settings
 from instances import services
 from instances.metrics import reconcile_counted
 from instances.models import Instance
-from instances.providers.base import ProviderPermanentError, ProviderTransientError
+from instances.providers.base import NO_CAPACITY, ProviderPermanentError, ProviderTransientError
 from instances.selectors import instance_load
 from portal.metrics import RECONCILE_SECONDS
 
@@ -47,7 +47,7 @@ def provision_instance(self, instance_id: str) -> str:
     except ProviderTransientError as error:
         attempts = self.request.retries + 1
         final = attempts >= settings.PORTAL_PROVISION_MAX_RETRIES
-        if error.code == services.NO_CAPACITY and services.spot_capacity_refused(
+        if error.code == NO_CAPACITY and services.spot_capacity_refused(
             instance_id=instance_id, attempts=attempts, final=final
         ):
             return instance_load(instance_id).status

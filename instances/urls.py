@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from instances import order_page, views
+from instances import host_pages, order_page, views
 
 urlpatterns = [
     path("approvals/", views.approvals, name="approvals"),
@@ -14,12 +14,13 @@ urlpatterns = [
         order_page.order_estimate_partial,
         name="order-estimate-panel",
     ),
-    path("hosts/", views.hosts_page, name="hosts"),
-    path("hosts/rows/", views.hosts_rows_partial, name="host-rows"),
-    path("hosts/<uuid:pk>/", views.host_page, name="host"),
-    path("hosts/<uuid:pk>/panel/", views.host_panel_partial, name="host-panel"),
-    path("hosts/<uuid:pk>/extend/", views.host_extend, name="host-extend"),
-    path("hosts/<uuid:pk>/keep-running/", views.host_keep_running, name="host-keep-running"),
-    path("hosts/<uuid:pk>/<str:verb>/", views.host_action, name="host-action"),
-    path("orders/<uuid:pk>/cancel/", views.held_order_cancel, name="held-order-cancel"),
+    path("hosts/", host_pages.hosts_page, name="hosts"),
+    path("hosts/rows/", host_pages.hosts_rows_partial, name="host-rows"),
+    path("hosts/bulk/", host_pages.hosts_bulk, name="hosts-bulk"),
+    path("hosts/<uuid:pk>/", host_pages.host_page, name="host"),
+    path("hosts/<uuid:pk>/panel/", host_pages.host_panel_partial, name="host-panel"),
+    path("hosts/<uuid:pk>/extend/", host_pages.host_extend, name="host-extend"),
+    path("hosts/<uuid:pk>/keep-running/", host_pages.host_keep_running, name="host-keep-running"),
+    path("hosts/<uuid:pk>/<str:verb>/", host_pages.host_action, name="host-action"),
+    path("orders/<uuid:pk>/cancel/", host_pages.held_order_cancel, name="held-order-cancel"),
 ]

@@ -58,3 +58,9 @@ def cost_so_far(instance: Instance, events: list[InstanceEvent], now: datetime) 
     """One host's ``costs_so_far``. ``events`` are the host's own, as the callers read them
     (``instance.events``): the cost reads them from the host, prefetched or not."""
     return costs_so_far([instance], now=now)[instance.pk]
+
+
+def rate_now(instance: Instance) -> Decimal:
+    """What a host costs per hour while it runs, in dollars (billing's rule, through
+    PORTAL_INSTANCE_RATE): the list price on-demand, the latest spot price for spot."""
+    return _hook(settings.PORTAL_INSTANCE_RATE)(instance)

@@ -3,36 +3,22 @@ approval inbox of managers and admins."""
 
 from __future__ import annotations
 
-import uuid
-from datetime import timedelta
-
-from django import forms
 from django.contrib import messages
 from django.core.exceptions import ValidationError
-from django.db.models import Q
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import reverse
-from django.utils import timezone
-from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from instances import services
 from instances.api.filters import CatalogFilter
-from instances.checkpoints import backup_dir
 from instances.limits import order_preview
 from instances.models import (
-    ACTIONS,
     Image,
-    Instance,
     InstanceType,
     Order,
 )
-from instances.selectors import held_orders, latest_gpu_readings, orders_to_decide
-from instances.services.idle import warn_after_minutes
-from instances.usage import costs_so_far, running_seconds
+from instances.selectors import orders_to_decide
 from portal import permissions
-from portal.models import IdlePolicy
 from portal.pages import forbidden, service_errors
 
 SORTS = [
@@ -73,199 +59,6 @@ def catalog(request: HttpRequest) -> HttpResponse:
         "can_order": permissions.can_order(request.user),
     }
     return render(request, "instances/catalog.html", context, status=200 if valid else 400)
-
-
-# --- hosts ---------------------------------------------------------------------------------------
-
-
-def _hosts_queryset(request: HttpRequest):
-    rows = Instance.objects.for_user(request.user).with_detail().with_events().distinct()
-    scope = request.GET.get("scope", "mine")
-    if scope == "mine":
-        rows = rows.filter(owner=request.user)
-    if request.GET.get("order"):
-        try:
-            rows = rows.filter(order_id=uuid.UUID(request.GET["order"]))
-        except ValueError:
-            rows = rows.none()
-    if request.GET.get("ended") != "1":
-        recent = timezone.now() - timedelta(minutes=30)
-        rows = rows.filter(Q(status__in=Instance.LIVE) | Q(status_changed_at__gte=recent))
-    return rows.order_by("-created_at")
-
-
-def _host_rows(request: HttpRequest) -> dict:
-    now = timezone.now()
-    hosts = []
-    managed = permissions.managed_project_ids(request.user)
-    rows = list(_hosts_queryset(request)[:200])
-    costs = costs_so_far(rows, now=now)  # the whole page at once, as metering bills it
-    readings = latest_gpu_readings([instance.pk for instance in rows], now=now)
-    for instance in rows:
-        events = list(instance.events.all())
-        hosts.append(
-            {
-                "i": instance,
-                "gpu": readings.get(instance.pk),
-                "running_seconds": running_seconds(events, now),
-                "cost": costs[instance.pk],
-                "ssh": instance.ssh_command,
-                "can_act": permissions.can_act_on_host(request.user, instance, managed),
-            }
-        )
-    return {
-        "hosts": hosts,
-        "moving": any(
-            h["i"].status in Instance.MOVING or h["i"].status == "requested" for h in hosts
-        ),
-        "query": request.GET.urlencode(),
-        "now": now,
-    }
-
-
-def hosts_page(request: HttpRequest) -> HttpResponse:
-    """My hosts: live status, running time, cost so far, connect, stop/start/terminate."""
-    scope = request.GET.get("scope", "mine")
-    context = {
-        **_host_rows(request),
-        "held": held_orders(request.user, mine=scope == "mine"),
-        "scope": scope,
-        "ended": request.GET.get("ended") == "1",
-        "order_id": request.GET.get("order", ""),
-    }
-    return render(request, "instances/hosts.html", context)
-
-
-def hosts_rows_partial(request: HttpRequest) -> HttpResponse:
-    return render(request, "instances/_host_rows.html", _host_rows(request))
-
-
-def _visible_instance(request: HttpRequest, pk) -> Instance:
-    return get_object_or_404(
-        Instance.objects.for_user(request.user).with_detail().with_events().distinct(),
-        pk=pk,
-    )
-
-
-def _host_context(request: HttpRequest, instance: Instance) -> dict:
-    now = timezone.now()
-    events = list(instance.events.all())
-    policy = IdlePolicy.objects.filter(project_id=instance.project_id, enabled=True).first()
-    return {
-        "i": instance,
-        "events": list(reversed(events)),
-        "running_seconds": running_seconds(events, now),
-        "cost": costs_so_far([instance], now=now)[instance.pk],
-        "ssh": instance.ssh_command,
-        "can_act": permissions.can_act_on_host(request.user, instance),
-        "can_keep_running": permissions.can_keep_running(request.user, instance),
-        "now": now,
-        "moving": instance.status in Instance.MOVING or instance.status == "requested",
-        "extendable": instance.status in Instance.LEASED and instance.lease_expires_at,
-        "gpu": latest_gpu_readings([instance.pk], now=now).get(instance.pk),
-        "idle_policy": policy,
-        "idle_for": warn_after_minutes(policy) if policy else None,
-        "replaced_by": instance.replaced_by,
-        "checkpoint_dir": backup_dir(instance.order.checkpoint_uri),
-    }
-
-
-def host_page(request: HttpRequest, pk) -> HttpResponse:
-    instance = _visible_instance(request, pk)
-    return render(request, "instances/host.html", _host_context(request, instance))
-
-
-def host_panel_partial(request: HttpRequest, pk) -> HttpResponse:
-    instance = _visible_instance(request, pk)
-    return render(request, "instances/_host_panel.html", _host_context(request, instance))
-
-
-def _host_back(request: HttpRequest, *, pk, verb: str = "") -> str:
-    """Where a host action's page goes next: the page it came from, if it is ours."""
-    back = request.POST.get("next", "")
-    if not url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
-        back = reverse("host", args=[pk])
-    return back
-
-
-@require_POST
-@service_errors(back=_host_back)
-def host_keep_running(request: HttpRequest, pk) -> HttpResponse:
-    """Keep running: hold off the idle stop (the answer to its warning)."""
-    instance = _visible_instance(request, pk)
-    row = services.instance_keep_running(instance=instance, user=request.user)
-    if request.headers.get("HX-Target", "") == "host-panel":
-        return host_panel_partial(request, pk)
-    messages.success(
-        request,
-        f"{instance.instance_type} keeps running: no idle stop before "
-        f"{row.idle_snoozed_until:%b %-d, %H:%M} UTC.",
-    )
-    return redirect(_host_back(request, pk=pk))
-
-
-@require_POST
-@service_errors(back=_host_back)
-def host_action(request: HttpRequest, pk, verb: str) -> HttpResponse:
-    """Stop, start or terminate from a page; htmx gets the refreshed fragment back."""
-    instance = _visible_instance(request, pk)
-    if verb not in ACTIONS:
-        raise Http404
-    services.instance_request_action(instance=instance, user=request.user, action=verb)
-    target = request.headers.get("HX-Target", "")
-    if target == "host-panel":
-        return host_panel_partial(request, pk)
-    if target == "host-rows":
-        return hosts_rows_partial(request)
-    if not target:
-        messages.success(request, f"{verb.capitalize()} requested for {instance.instance_type}.")
-    return redirect(_host_back(request, pk=pk))
-
-
-class ExtendForm(forms.Form):
-    hours = forms.IntegerField(min_value=1)
-
-
-@require_POST
-@service_errors(back=_host_back)
-def host_extend(request: HttpRequest, pk) -> HttpResponse:
-    """Extend a host's lease by some hours (the lease limit and the budget may refuse)."""
-    instance = _visible_instance(request, pk)
-    form = ExtendForm(request.POST)
-    if not form.is_valid():
-        # Who may act is answered before what was sent (as the API does).
-        if not permissions.can_act_on_host(request.user, instance):
-            return forbidden(request, "You can see this host but not extend its lease.")
-        raise ValidationError("Say by how many hours, a whole number of at least 1.")
-    row = services.instance_extend_lease(
-        instance=instance, user=request.user, hours=form.cleaned_data["hours"]
-    )
-    if request.headers.get("HX-Target", "") == "host-panel":
-        return host_panel_partial(request, pk)
-    messages.success(
-        request,
-        f"Lease extended by {form.cleaned_data['hours']} h: it now ends "
-        f"{row.lease_expires_at:%b} {row.lease_expires_at.day}, "
-        f"{row.lease_expires_at:%H:%M} UTC.",
-    )
-    return redirect(_host_back(request, pk=pk))
-
-
-@require_POST
-@service_errors(back="hosts")
-def held_order_cancel(request: HttpRequest, pk) -> HttpResponse:
-    """Cancel an order that waits for approval (its requester, a manager, an admin)."""
-    order = get_object_or_404(Order.objects.for_user(request.user).distinct(), pk=pk)
-    services.order_cancel(order=order, user=request.user, reason=request.POST.get("reason", ""))
-    messages.success(
-        request,
-        f"Cancelled the order for {order.count}× {order.instance_type.name} in "
-        f"{order.project.slug}; nothing was launched.",
-    )
-    back = request.POST.get("next", "")
-    if url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
-        return redirect(back)
-    return redirect("hosts")
 
 
 # --- approvals -----------------------------------------------------------------------------------
@@ -335,5 +128,6 @@ def approval_decide(request: HttpRequest, pk, decision: str) -> HttpResponse:
             )
         messages.success(request, f"Rejected the order of {order.requester.username}.")
     else:
-        messages.error(request, "Approve or reject.")
+        # Through service_errors like any refusal: the message, and a denied audit row.
+        raise ValidationError("Approve or reject.", code="unknown_decision")
     return redirect("approvals")

@@ -8,6 +8,12 @@ from django.core.exceptions import ValidationError
 from portal import services
 from portal.models import Membership, Project, User
 
+# The admin names itself and links back to the portal ("View site").
+admin.site.site_header = "GPU Portal administration"
+admin.site.site_title = "GPU Portal administration"
+admin.site.index_title = "Catalog, people, costs and the audit log"
+admin.site.site_url = "/"
+
 
 class LenientAutocompleteSelect(AutocompleteSelect):
     """Django's autocomplete widget looks up the submitted value to redraw a form sent back with

@@ -264,6 +264,10 @@ class Notice(models.Model):
     subject = models.CharField(max_length=200)
     body = models.TextField(blank=True)
     link = models.CharField(max_length=300, blank=True)
+    # A button on the notice that answers it where it is read (Keep running on an idle warning):
+    # a POST to a portal page, which checks permission and state as its own button does.
+    action_label = models.CharField(max_length=40, blank=True)
+    action_url = models.CharField(max_length=300, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     read_at = models.DateTimeField(null=True, blank=True)
 

@@ -10,6 +10,9 @@ refuses it) or Django's ``ValidationError`` (what was sent is wrong). A page ans
   goes back to (``service_errors(back=...)``);
 * anything else, on a page that shows a form: the sentence on the form, beside the field it
   names (``form_errors(form)``).
+
+Whatever carries it (a 302 back with a message, a form re-shown with 200), every refusal
+answered here is noted for the request's audit row, whose outcome is then ``denied``.
 """
 
 from __future__ import annotations
@@ -25,12 +28,23 @@ from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
+from audit.context import note_refusal
 from portal.errors import Forbidden, PortalError
 
 
 def forbidden(request: HttpRequest, message: str) -> HttpResponse:
     """A page a caller may see exists but is not theirs to use: 403 with the reason."""
     return render(request, "portal/forbidden.html", {"message": message}, status=403)
+
+
+def refusal_code(error: ValidationError | PortalError) -> str:
+    """The machine-readable code of a refusal, for the audit row (never its sentence, which
+    may quote what was typed)."""
+    if isinstance(error, PortalError):
+        return error.code
+    if hasattr(error, "error_dict"):
+        return "invalid: " + ", ".join(sorted(error.error_dict))
+    return getattr(error, "code", None) or "invalid"
 
 
 def in_words(error: ValidationError | PortalError) -> str:
@@ -57,6 +71,7 @@ def service_errors(
             try:
                 return view(request, *args, **kwargs)
             except (ValidationError, PortalError) as error:
+                note_refusal(refusal_code(error))
                 if request.headers.get("HX-Target"):
                     return _htmx_refusal(error)
                 if isinstance(error, Forbidden):
@@ -98,6 +113,7 @@ def form_errors(form: forms.Form, words: Words | None = None) -> Iterator[None]:
     except Forbidden:
         raise
     except ValidationError as error:
+        note_refusal(refusal_code(error))
         if hasattr(error, "error_dict"):
             for name, problems in error.error_dict.items():
                 for problem in problems:
@@ -106,6 +122,7 @@ def form_errors(form: forms.Form, words: Words | None = None) -> Iterator[None]:
             for problem in error.error_list:
                 _add(form, words, None, problem, " ".join(problem.messages))
     except PortalError as error:
+        note_refusal(refusal_code(error))
         _add(form, words, error.field, error, error.message)
 
 

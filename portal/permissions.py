@@ -98,6 +98,17 @@ def cost_rows_q(user) -> Q | None:
     return Q(project_id__in=mine) | Q(user=user)
 
 
+def sees_spend_overview(user) -> bool:
+    """The dashboard leads with spend by project, budgets at risk and the month's trend:
+    finance, whose work that is (and who owns no hosts)."""
+    return is_finance(user)
+
+
+def sees_operations_overview(user) -> bool:
+    """The dashboard leads with approvals waiting, quota pressure and hosts by state: admins."""
+    return is_admin(user)
+
+
 def can_read_audit_log(user) -> bool:
     """The whole API call log; everyone reads their own activity."""
     return is_admin(user)

@@ -77,16 +77,80 @@ def bars(quota: Quota | None, used: Usage) -> list[dict]:
     return shown
 
 
+MARKET_NAMES = {"on_demand": "On-demand", "spot": "Spot"}
+_COUNTED = {
+    "max_gpus": ("GPU limit", ""),
+    "max_instances": ("Host limit", ""),
+    "max_lease_hours": ("Longest lease", " h"),
+}
+
+
 def change_in_words(change) -> str:
-    """'GPUs 8 → 16, hosts none → 4' for a quota change (a limit that stays unset, stored as
-    missing before and empty after, is no change)."""
-    parts = []
-    for name, label in Quota.FIELDS.items():
-        before, after = _shown(change.before.get(name)), _shown(change.after.get(name))
-        if before != after:
-            parts.append(f"{label} {before} → {after}")
-    return ", ".join(parts) or "removed"
+    """A quota change as sentences people read: 'GPU limit raised from 16 to 32. Spot no
+    longer allowed for p5.48xlarge.' A limit that stays unset (missing before, empty after) is
+    no change."""
+    if change.before and not change.after:
+        return "Quota removed: no limits."
+    before, after = change.before, change.after
+    sentences = []
+    for name, (label, unit) in _COUNTED.items():
+        sentences += _counted(label, before.get(name), after.get(name), unit)
+    old_models, new_models = (
+        before.get("max_gpus_by_model") or {},
+        after.get("max_gpus_by_model") or {},
+    )
+    for model in sorted(set(old_models) | set(new_models)):
+        sentences += _counted(f"{model} GPU limit", old_models.get(model), new_models.get(model))
+    sentences += _types_words(
+        before.get("allowed_instance_types"), after.get("allowed_instance_types")
+    )
+    old_markets, new_markets = (
+        before.get("allowed_markets") or {},
+        after.get("allowed_markets") or {},
+    )
+    for type_name in sorted(set(old_markets) | set(new_markets)):
+        # A type without an entry may run on every market.
+        was = set(old_markets.get(type_name) or MARKET_NAMES)
+        now = set(new_markets.get(type_name) or MARKET_NAMES)
+        for market in sorted(was - now):
+            sentences.append(
+                f"{MARKET_NAMES.get(market, market)} no longer allowed for {type_name}"
+            )
+        for market in sorted(now - was):
+            sentences.append(f"{MARKET_NAMES.get(market, market)} allowed again for {type_name}")
+    if not sentences:
+        return "Quota set, with no limits." if not before else "No limit changed."
+    return ". ".join(sentences) + "."
 
 
-def _shown(value) -> str:
-    return "none" if value in (None, [], {}) else str(value)
+def _counted(label: str, was, now, unit: str = "") -> list[str]:
+    if was == now:
+        return []
+    if was is None:
+        return [f"{label} set to {now}{unit}"]
+    if now is None:
+        return [f"{label} removed (was {was}{unit})"]
+    verb = "raised" if now > was else "lowered"
+    return [f"{label} {verb} from {was}{unit} to {now}{unit}"]
+
+
+def _types_words(was, now) -> list[str]:
+    was, now = list(was or []), list(now or [])
+    if set(was) == set(now):
+        return []
+    if not was:
+        return [f"Only {_listed(now)} allowed (was every type)"]
+    if not now:
+        return [f"Every type allowed (was only {_listed(was)})"]
+    words = []
+    added, removed = [t for t in now if t not in was], [t for t in was if t not in now]
+    if added:
+        words.append(f"{_listed(added)} added to the allowed types")
+    if removed:
+        words.append(f"{_listed(removed)} no longer allowed")
+    return words
+
+
+def _listed(names: list[str]) -> str:
+    names = sorted(names)
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]

@@ -223,9 +223,20 @@ def idle_policy_set(*, project: Project, actor: User, **values) -> IdlePolicy:
 # --- notices ---------------------------------------------------------------------------------
 
 
-def notice_send(*, user: User, subject: str, body: str = "", link: str = "") -> Notice:
-    """A notice in the portal, and an email once the transaction commits."""
-    notice = Notice.objects.create(user=user, subject=subject[:200], body=body, link=link)
+def notice_send(
+    *,
+    user: User,
+    subject: str,
+    body: str = "",
+    link: str = "",
+    action: tuple[str, str] | None = None,
+) -> Notice:
+    """A notice in the portal, and an email once the transaction commits. ``action`` is a
+    (label, URL) button on the notice: the URL is a portal page answering a POST."""
+    label, url = action or ("", "")
+    notice = Notice.objects.create(
+        user=user, subject=subject[:200], body=body, link=link, action_label=label, action_url=url
+    )
     if user.email:
         transaction.on_commit(
             lambda: send_mail(

@@ -1,8 +1,9 @@
 """Settings for the GPU host portal: one module, driven by environment variables.
 
-Defaults are safe for development (SQLite and a filesystem broker under ``var/``, the simulated
-cloud); production sets ``DJANGO_DEBUG=0`` and must then provide a secret key. See
-``.env.example`` for every variable.
+A server started without settings is a production server: ``DJANGO_DEBUG`` defaults to 0, which
+requires a secret key and an audit signing key. Development turns it on explicitly
+(``DJANGO_DEBUG=1``, as ``make run`` does); the other defaults need no services (SQLite and a
+filesystem broker under ``var/``, the simulated cloud). See ``.env.example`` for every variable.
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ from portal.env import env_bool, env_float, env_int, env_list, env_required, env
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("PORTAL_VAR_DIR", str(BASE_DIR / "var")))
 
-DEBUG = env_bool("DJANGO_DEBUG", True)
+# Off unless asked for: a forgotten variable must never serve tracebacks to the internet.
+DEBUG = env_bool("DJANGO_DEBUG", False)
+PRODUCTION_NEEDS = "when DJANGO_DEBUG=0 (the default; DJANGO_DEBUG=1 for development)"
 if DEBUG:
     SECRET_KEY = env_str("DJANGO_SECRET_KEY") or "dev-only-insecure-key-never-use-in-production"
 else:
-    SECRET_KEY = env_required("DJANGO_SECRET_KEY", when="when DJANGO_DEBUG=0")
+    SECRET_KEY = env_required("DJANGO_SECRET_KEY", when=PRODUCTION_NEEDS)
 
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS")
@@ -41,7 +44,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_celery_beat",
-    "axes",
+    "portal.axes_app.SignInAttemptsConfig",  # django-axes, named for the admin
     "csp",
     "audit",
     "portal",
@@ -302,6 +305,22 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
+# A cache every process shares (Redis, e.g. redis://127.0.0.1:6379/1): DRF's throttles (the
+# token endpoint's rate) then count across all gunicorn workers, and sessions are read from it
+# before the database (cached_db: a sign-out still ends the session everywhere at once). Without
+# one each process caches for itself, which suits the embedded default, and sessions stay in the
+# database alone.
+PORTAL_CACHE_URL = env_str("PORTAL_CACHE_URL")
+if PORTAL_CACHE_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": PORTAL_CACHE_URL,
+            "KEY_PREFIX": "portal",
+        }
+    }
+    SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
+
 # Celery. The embedded default is kombu's filesystem transport under var/ (no services needed);
 # compose and CI point CELERY_BROKER_URL at Redis.
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
@@ -404,7 +423,10 @@ AWS_EC2_INSTANCE_TYPES = env_list(
     "g5.xlarge,g6.xlarge,g6e.xlarge,p4d.24xlarge,p4de.24xlarge,p5.48xlarge,p5e.48xlarge",
 )
 AWS_ENDPOINT_URL = env_str("AWS_ENDPOINT_URL")
-PORTAL_EC2_SUBNET_ID = env_str("PORTAL_EC2_SUBNET_ID")
+# One subnet per availability zone, in order of preference: a launch that finds no capacity in
+# one zone tries the next, and a spot replacement tries the zone that lost its host last.
+# PORTAL_EC2_SUBNET_ID (one subnet) is still read when the list is not set.
+PORTAL_EC2_SUBNET_IDS = env_list("PORTAL_EC2_SUBNET_IDS", env_str("PORTAL_EC2_SUBNET_ID"))
 PORTAL_EC2_SECURITY_GROUP_IDS = env_list("PORTAL_EC2_SECURITY_GROUP_IDS")
 PORTAL_EC2_INSTANCE_PROFILE = env_str("PORTAL_EC2_INSTANCE_PROFILE")
 PORTAL_EC2_KMS_KEY_ID = env_str("PORTAL_EC2_KMS_KEY_ID")
@@ -449,8 +471,13 @@ ORDER_LIMITS: list[str] = ["instances.quotas.quota_headroom"]
 # checks of the names a quota's limits use, run before a quota is saved.
 PORTAL_QUOTA_USAGE = "instances.quotas.usage_of"
 PORTAL_QUOTA_VALIDATORS: list[str] = ["instances.quotas.quota_catalog_problems"]
+# The names the Quotas page offers in its rows: callable() -> portal.quota_rows.QuotaChoices.
+PORTAL_QUOTA_CHOICES = "instances.quotas.quota_choices"
+# The badge on the Approvals link: callable(user) -> how many held orders the user may decide.
+PORTAL_APPROVALS_WAITING = "instances.selectors.orders_to_decide_count"
 # The dashboard's panels, in order: callable(user, projects) -> portal.panels.Panel.
 PORTAL_DASHBOARD_PANELS: list[str] = [
+    "instances.panels.operations_panel",
     "instances.panels.summary_panel",
     "instances.panels.quota_panel",
     "instances.panels.hosts_panel",
@@ -532,7 +559,7 @@ if DEBUG:
         env_str("PORTAL_AUDIT_SIGNING_KEY") or "dev-only-audit-signing-key-never-use-in-production"
     )
 else:
-    PORTAL_AUDIT_SIGNING_KEY = env_required("PORTAL_AUDIT_SIGNING_KEY", when="when DJANGO_DEBUG=0")
+    PORTAL_AUDIT_SIGNING_KEY = env_required("PORTAL_AUDIT_SIGNING_KEY", when=PRODUCTION_NEEDS)
     # HMAC-SHA256 takes any key, but a short one can be guessed, and with it every checkpoint
     # forged: refuse to start rather than sign with it. 32 bytes is SHA-256's own output size.
     if len(PORTAL_AUDIT_SIGNING_KEY.encode("utf-8")) < AUDIT_SIGNING_KEY_MIN_BYTES:
@@ -569,6 +596,8 @@ ORDER_ADMISSION_CHECKS.append("billing.budgets.budget_check")
 ORDER_LIMITS.append("billing.budgets.budget_headroom")
 # Each project's spend against its budget, on its dashboard card.
 PORTAL_DASHBOARD_PANELS.append("billing.panels.budget_panel")
+# Finance's home: spend by project, budgets at risk and the month's trend, above the cards.
+PORTAL_DASHBOARD_PANELS.append("billing.panels.spend_panel")
 # Seconds between metering passes (usage rows, then the daily rollups they changed) and between
 # budget checks (threshold notices, the stop-hosts policy).
 PORTAL_METER_SECONDS = env_int("PORTAL_METER_SECONDS", 60)
@@ -604,6 +633,9 @@ INSTANCE_PRICE_HOOKS: list[str] = ["billing.prices.list_price_record"]
 # What a host has cost so far (host pages, the instances API): billing's metering, so that the
 # live figure is the bill. callable(instances, *, now) -> {instance pk: Decimal dollars}.
 PORTAL_INSTANCE_COST = "billing.metering.costs_so_far"
+# What a host costs per hour now (My hosts' running total): billing's rule, the one budgets
+# commit with. callable(instance) -> Decimal dollars per hour.
+PORTAL_INSTANCE_RATE = "billing.budgets.host_rate_per_hour"
 # --- end of billing settings -----------------------------------------------------------------
 
 # --- Operations (issue 14): metrics, structured logs, health ---------------------------------

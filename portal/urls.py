@@ -64,3 +64,6 @@ urlpatterns = [
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/v1/docs/", ApiDocsView.as_view(url_name="api-schema"), name="api-docs"),
 ]
+
+# 404 and 403 are Django's own views with templates/404.html and 403.html.
+handler500 = "portal.views.errors.server_error"

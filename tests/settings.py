@@ -4,6 +4,13 @@ pytest reads this module (``DJANGO_SETTINGS_MODULE`` in pyproject.toml); a serve
 test starts in a subprocess inherits it from the environment pytest-django sets.
 """
 
+import os
+
+# Development settings unless a test says otherwise (production is the default of a server
+# started without settings); set before portal.settings reads it, and inherited by the servers
+# and workers tests start in subprocesses.
+os.environ.setdefault("DJANGO_DEBUG", "1")
+
 from portal.settings import *  # noqa: F403
 from portal.settings import MIDDLEWARE
 

@@ -17,6 +17,11 @@ class ProviderError(Exception):
         self.code = code
 
 
+# The cloud's code for "no capacity for this type here right now" (EC2's, which the simulated
+# cloud speaks too): worth another zone, another market, or a later try.
+NO_CAPACITY = "InsufficientInstanceCapacity"
+
+
 class ProviderTransientError(ProviderError):
     """Worth retrying with backoff: throttling, a capacity blip, a network fault."""
 
@@ -78,6 +83,11 @@ TAG_PROJECT = "portal:project"
 TAG_OWNER = "portal:owner"
 # Which portal launched it: reconcile adopts and ends only its own deployment's hosts.
 TAG_DEPLOYMENT = "portal:deployment"
+
+
+def host_name(instance_uuid: str) -> str:
+    """A host's name, on its pages and as the cloud's Name tag: portal-<first 8 of its id>."""
+    return f"portal-{str(instance_uuid)[:8]}"
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from instances.agent import agent_cloud_config
 from instances.providers.base import (
+    NO_CAPACITY,
     TAG_DEPLOYMENT,
     TAG_INSTANCE,
     CloudHost,
@@ -27,6 +28,7 @@ from instances.providers.base import (
     ProviderPermanentError,
     ProviderTransientError,
     SpotPriceQuote,
+    host_name,
     launch_tags,
 )
 
@@ -37,7 +39,7 @@ TRANSIENT_CODES = {
     "RequestLimitExceeded",
     "Throttling",
     "ThrottlingException",
-    "InsufficientInstanceCapacity",
+    NO_CAPACITY,
     "InternalError",
     "ServiceUnavailable",
     "Unavailable",
@@ -74,6 +76,7 @@ class EC2Provider(Provider):
             # Adaptive mode backs off on throttling client-side (RunInstances is a token bucket).
             config=Config(retries={"mode": "adaptive", "max_attempts": 8}),
         )
+        self._zones: dict[str, str] | None = None
 
     def _describe_types(self, names: list[str]) -> list[dict]:
         try:
@@ -165,7 +168,7 @@ class EC2Provider(Provider):
 
     def launch(self, request: LaunchRequest) -> CloudHost:
         tags = [{"Key": k, "Value": v} for k, v in sorted(launch_tags(request).items())]
-        tags.append({"Key": "Name", "Value": f"portal-{request.instance_uuid[:8]}"})
+        tags.append({"Key": "Name", "Value": host_name(request.instance_uuid)})
         # cloud-init installs the researcher's key: no EC2 key pair per user to manage.
         # JSON strings are YAML strings: a key comment such as "alice: x #y" stays one string.
         key = json.dumps(request.ssh_public_key)
@@ -216,8 +219,6 @@ class EC2Provider(Provider):
                 {"ResourceType": "volume", "Tags": tags},
             ],
         }
-        if settings.PORTAL_EC2_SUBNET_ID:
-            params["SubnetId"] = settings.PORTAL_EC2_SUBNET_ID
         if settings.PORTAL_EC2_SECURITY_GROUP_IDS:
             params["SecurityGroupIds"] = list(settings.PORTAL_EC2_SECURITY_GROUP_IDS)
         if settings.PORTAL_EC2_INSTANCE_PROFILE:
@@ -228,8 +229,50 @@ class EC2Provider(Provider):
             if request.max_spot_price is not None:
                 spot["MaxPrice"] = str(request.max_spot_price)
             params["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": spot}
-        reply = self._call("run_instances", **params)
-        return self._host(reply["Instances"][0])
+        subnets = self._subnets_to_try(request.avoid_zone)
+        if not subnets:
+            reply = self._call("run_instances", **params)
+            return self._host(reply["Instances"][0])
+        shortage: ProviderTransientError | None = None
+        for subnet in subnets:
+            try:
+                reply = self._call("run_instances", **params, SubnetId=subnet)
+            except ProviderTransientError as error:
+                if error.code != NO_CAPACITY:
+                    raise
+                # No capacity in this zone; the next subnet is in another one. The same
+                # ClientToken is safe to reuse: a refused launch did not consume it.
+                shortage = error
+                continue
+            except ProviderPermanentError as error:
+                if error.code != "IdempotentParameterMismatch":
+                    raise
+                # An earlier try with this token took effect in another subnet (its reply was
+                # lost): that host is the answer, found by its tag.
+                return self._launched_earlier(request, error)
+            return self._host(reply["Instances"][0])
+        raise ProviderTransientError(
+            f"{NO_CAPACITY}: no capacity for {request.instance_type} in any of the zones "
+            f"{', '.join(self._zones[s] for s in subnets)}: {shortage}",
+            code=NO_CAPACITY,
+        )
+
+    def _subnets_to_try(self, avoid_zone: str) -> list[str]:
+        """The configured subnets (one per zone) in order, the zone to avoid last."""
+        subnets = list(settings.PORTAL_EC2_SUBNET_IDS)
+        if not subnets:
+            return []
+        if self._zones is None:
+            reply = self._call("describe_subnets", SubnetIds=subnets)
+            self._zones = {row["SubnetId"]: row["AvailabilityZone"] for row in reply["Subnets"]}
+        return sorted(subnets, key=lambda subnet: self._zones.get(subnet) == avoid_zone)
+
+    def _launched_earlier(self, request: LaunchRequest, error: Exception) -> CloudHost:
+        found = self.find_tagged(request.instance_uuid)
+        if not found:
+            # Not visible yet (EC2 reads are eventually consistent): worth asking again.
+            raise ProviderTransientError(str(error), code="IdempotentParameterMismatch")
+        return found[0]
 
     def _host(self, item: dict) -> CloudHost:
         state = item["State"]["Name"]

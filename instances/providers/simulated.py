@@ -26,6 +26,7 @@ from django.utils import timezone
 from instances.catalog import image_rows, simulated_cloud_rows
 from instances.models import SimulatedHost
 from instances.providers.base import (
+    NO_CAPACITY,
     TAG_DEPLOYMENT,
     TAG_INSTANCE,
     CloudHost,
@@ -229,7 +230,7 @@ class SimulatedProvider(SpotMarket, Provider):
         if live >= offer["capacity"]:
             raise ProviderTransientError(
                 f"We currently do not have sufficient {request.instance_type} capacity.",
-                code="InsufficientInstanceCapacity",
+                code=NO_CAPACITY,
             )
         for _ in range(8):
             key = request.client_token if honour else self._unused_key(request.client_token)

@@ -24,6 +24,7 @@ from instances.services.actions import (
     instance_request_start,
     instance_request_stop,
     instance_request_terminate,
+    instances_request_action,
 )
 from instances.services.approvals import (
     order_approve,
@@ -89,7 +90,6 @@ from instances.services.reconcile import (
     reconcile,
 )
 from instances.services.recovery import (
-    NO_CAPACITY,
     host_interrupted,
     replacement_start,
     spot_capacity_refused,
@@ -119,7 +119,6 @@ from instances.services.transitions import (
 __all__ = [
     "FAILURE_ADVICE",
     "GAVE_UP",
-    "NO_CAPACITY",
     "REENQUEUED",
     "Estimate",
     "IdleReport",
@@ -163,6 +162,7 @@ __all__ = [
     "instance_type_save",
     "instance_type_sync",
     "instance_walk",
+    "instances_request_action",
     "launch_order_key",
     "launch_request",
     "leases_expire",

@@ -64,3 +64,30 @@ def instance_request_start(*, instance: Instance, user: User) -> Instance:
 
 def instance_request_terminate(*, instance: Instance, user: User) -> Instance:
     return instance_request_action(instance=instance, user=user, action="terminate")
+
+
+def instances_request_action(
+    *, instances: list[Instance], user: User, action: str
+) -> tuple[list[Instance], list[tuple[Instance, str]]]:
+    """Ask one action of many hosts at once (My hosts' bulk stop and terminate): one request
+    per host, each in its own transaction, as if asked one by one.
+
+    Who may act is answered first and for all of them: one host that is not the user's to
+    change refuses the whole batch (403), so nothing half happens for a reason the user cannot
+    fix. A host whose state refuses (already terminated, a spot host asked to stop) is reported
+    with its sentence and the others go ahead. Returns (hosts asked, [(host, why refused)])."""
+    if action not in ACTIONS:
+        raise Conflict(f"{action!r} is not something a host can be asked.", code="bad_action")
+    managed = permissions.managed_project_ids(user)
+    refused = [host for host in instances if not permissions.can_act_on_host(user, host, managed)]
+    if refused:
+        raise Forbidden(
+            f"You can see {len(refused)} of these hosts but not {action} them; ask their owner."
+        )
+    done, failed = [], []
+    for host in instances:
+        try:
+            done.append(instance_request_action(instance=host, user=user, action=action))
+        except Conflict as error:  # IllegalTransition is one too
+            failed.append((host, error.message))
+    return done, failed

@@ -14,6 +14,7 @@ from instances.models import (
 )
 from instances.providers import get_provider
 from instances.providers.base import (
+    NO_CAPACITY,
     TAG_INSTANCE,
     TAG_OWNER,
     TAG_PROJECT,
@@ -34,7 +35,7 @@ log = logging.getLogger(__name__)
 
 # Sentences a researcher can act on, by cloud error code.
 FAILURE_ADVICE = {
-    "InsufficientInstanceCapacity": (
+    NO_CAPACITY: (
         "The cloud has no free {type} capacity in {region} right now. Try again later, another "
         "instance type, or the other market."
     ),

@@ -171,6 +171,7 @@ def _warn(instance_id, policy: IdlePolicy, now: datetime) -> bool:
             f"/api/v1/instances/{instance.pk}/keep-running/) to keep it for another "
             f"{policy.snooze_hours} h.",
             link=link,
+            action=("Keep running", reverse("host-keep-running", args=[instance.pk])),
         )
     return True
 

@@ -37,6 +37,7 @@ from portal.errors import Conflict, Forbidden
 from portal.metrics import ORDERS
 from portal.models import ApprovalPolicy, Project, User
 from portal.services import notice_send
+from portal.templatetags.portal_tags import RATE, usd
 
 log = logging.getLogger(__name__)
 
@@ -376,7 +377,8 @@ def approval_needed(request: OrderRequest) -> str | None:
         and per_hour > policy.on_demand_price_above
     ):
         return (
-            f"${per_hour:.2f}/h on-demand is above the ${policy.on_demand_price_above:.2f}/h "
+            f"{usd(per_hour, RATE)}/h on-demand is above the "
+            f"{usd(policy.on_demand_price_above, RATE)}/h "
             f"{request.project.slug} allows without approval"
         )
     return None
@@ -413,7 +415,7 @@ def approvers_ask(order: Order) -> None:
                 user=approver,
                 subject=f"Approval needed: {order.requester.username} ordered "
                 f"{order.count}× {order.instance_type.name} for {order.project.slug}",
-                body=f"{order.approval_reason}. Estimated ${order.price_per_hour:.2f}/h.",
+                body=f"{order.approval_reason}. Estimated {usd(order.price_per_hour, RATE)}/h.",
                 link="/approvals/",
             )
 

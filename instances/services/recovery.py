@@ -41,7 +41,12 @@ log = logging.getLogger(__name__)
 ACTOR = "system:spot_recovery"
 RELAUNCH = frozenset({InterruptionPolicy.RELAUNCH_SPOT, InterruptionPolicy.FALLBACK_ON_DEMAND})
 REBALANCE_NOTE = "rebalance recommendation"
-NO_CAPACITY = "InsufficientInstanceCapacity"
+# What each policy does when the two-minute warning comes.
+AT_THE_WARNING = {
+    InterruptionPolicy.NOTIFY: "nothing is launched in its place (policy: notify)",
+    InterruptionPolicy.RELAUNCH_SPOT: "a replacement spot host starts at once",
+    InterruptionPolicy.FALLBACK_ON_DEMAND: "a replacement on-demand host starts at once",
+}
 
 
 def _policy(instance: Instance) -> str:
@@ -77,12 +82,7 @@ def spot_warning_receive(*, warning: SpotWarning) -> Instance | None:
     if instance is None or instance.market != Market.SPOT or not instance.is_live:
         return instance
     if warning.kind == SpotWarning.REBALANCE:
-        if not instance.events.filter(reason__startswith=REBALANCE_NOTE).exists():
-            instance_note(
-                instance=instance,
-                note=f"{REBALANCE_NOTE}: the cloud says the risk of interruption has risen",
-                actor=ACTOR,
-            )
+        _rebalance_tell(instance)
         return instance
     action_at = warning.action_at or warning.at
     with transaction.atomic():
@@ -93,11 +93,7 @@ def spot_warning_receive(*, warning: SpotWarning) -> Instance | None:
             return instance
         instance.spot_warning_at, instance.spot_interruption_at = warning.at, action_at
         policy = _policy(instance)
-        then = {
-            InterruptionPolicy.NOTIFY: "Nothing is launched in its place (policy: notify).",
-            InterruptionPolicy.RELAUNCH_SPOT: "A replacement spot host is starting now.",
-            InterruptionPolicy.FALLBACK_ON_DEMAND: "A replacement on-demand host is starting now.",
-        }[policy]
+        then = f"{AT_THE_WARNING[policy].capitalize()}."
         instance_note(
             instance=instance,
             note=f"interruption warning: the cloud takes this host back at "
@@ -113,6 +109,30 @@ def spot_warning_receive(*, warning: SpotWarning) -> Instance | None:
     if policy in RELAUNCH:
         replacement_start(instance_id=instance.pk, why="interruption warning")
     return instance_load(instance.pk)
+
+
+def _rebalance_tell(instance: Instance) -> None:
+    """The earlier signal: no interruption is scheduled yet, so nothing is launched (a host
+    started for every recommendation would often run beside one the cloud then leaves alone),
+    but the owner hears at once, while there is still time to checkpoint."""
+    with transaction.atomic():
+        # The row lock makes two deliveries of the message at once tell the owner once.
+        Instance.objects.select_for_update().filter(pk=instance.pk).first()
+        if instance.events.filter(reason__startswith=REBALANCE_NOTE).exists():
+            return
+        instance_note(
+            instance=instance,
+            note=f"{REBALANCE_NOTE}: the cloud says the risk of interruption has risen",
+            actor=ACTOR,
+        )
+        then = AT_THE_WARNING[_policy(instance)]
+        _tell(
+            instance,
+            subject=f"Spot host {_name(instance)} is at higher risk of interruption",
+            body=f"The cloud recommends moving work off spot host {instance.cloud_id}: the risk "
+            f"that it takes the host back has risen. Save your work now. If a two-minute "
+            f"interruption warning follows, {then}. {_checkpoint_line(instance)}",
+        )
 
 
 def host_interrupted(*, instance: Instance) -> None:

@@ -9,30 +9,29 @@ from django import template
 register = template.Library()
 
 
+RATE = "rate"
+
+
 @register.filter
-def usd(value, places: int | None = None) -> str:
-    """$1,234.56; prices under a dollar keep four places so $0.8048 stays exact."""
+def usd(value, kind: str | int = "") -> str:
+    """The portal's one money format: $1,234.56, two decimals; an hourly rate (``usd:"rate"``)
+    keeps four decimals under a dollar so that $0.8048 stays $0.8048, and two from $1 up.
+
+    ``usd:2`` is the older spelling of an amount and means the same as ``usd``.
+    """
     if value is None or value == "":
         return "—"
+    if kind not in ("", RATE, 2, "2"):
+        raise template.TemplateSyntaxError(f'usd takes no argument or "rate", not {kind!r}')
     amount = Decimal(value)
-    if places is None:
-        places = 2 if abs(amount) >= 1 or amount == 0 else 4
-    quantum = Decimal(1).scaleb(-int(places))
-    rounded = amount.quantize(quantum, rounding=ROUND_HALF_UP)
+    places = 4 if kind == RATE and abs(amount) < 1 else 2
+    rounded = amount.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP)
+    if kind == RATE and places == 4 and abs(rounded) >= 1:
+        # $0.99996 rounds to a dollar: shown as one, with two places.
+        rounded = rounded.quantize(Decimal("0.01"))
+        places = 2
     sign = "-" if rounded < 0 else ""
-    return f"{sign}${abs(rounded):,.{int(places)}f}"
-
-
-@register.filter
-def rate(value) -> str:
-    """A price per hour as listed: $1.006, $98.32, $32.7726 (two to four places, exact)."""
-    if value is None or value == "":
-        return "—"
-    amount = Decimal(value).quantize(Decimal("0.0001"), rounding=ROUND_HALF_UP)
-    text = f"{abs(amount):,.4f}"
-    while text.endswith("0") and len(text.split(".")[1]) > 2:
-        text = text[:-1]
-    return f"{'-' if amount < 0 else ''}${text}"
+    return f"{sign}${abs(rounded):,.{places}f}"
 
 
 @register.filter

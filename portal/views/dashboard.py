@@ -38,6 +38,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     context = {
         "cards": cards,
         "head": [panel for panel in panels if panel.place == "head"],
+        "lead": [panel for panel in panels if panel.place == "lead"],
         "aside": [panel for panel in panels if panel.place == "aside"],
         "notices": list(Notice.objects.filter(user=user)[:8]),
     }

@@ -3,8 +3,6 @@ in use, counted by the instances app through ``PORTAL_QUOTA_USAGE``."""
 
 from __future__ import annotations
 
-import json
-
 from django import forms
 from django.contrib import messages
 from django.core.exceptions import ValidationError
@@ -16,52 +14,33 @@ from django.views.decorators.http import require_POST
 
 from portal import permissions
 from portal.models import ApprovalPolicy, Project, Quota, QuotaChange
-from portal.pages import forbidden, form_problems, service_errors
+from portal.pages import forbidden, form_errors, service_errors
+from portal.quota_rows import QuotaChoices, gpu_limits_field, markets_field, quota_choices
 from portal.quotas import bars, change_in_words, quota_values_problems, usage_of
 from portal.services import approval_policy_set, quota_set
 
 
 class QuotaForm(forms.Form):
-    """Quota limits as an admin types them; empty means no limit."""
+    """Quota limits as an admin sets them; empty means no limit. GPUs per model and markets
+    per type are rows of selects offering the catalog's names (portal.quota_rows)."""
 
     max_gpus = forms.IntegerField(required=False, min_value=0, label="GPUs in total")
     max_instances = forms.IntegerField(required=False, min_value=0, label="Hosts")
     max_lease_hours = forms.IntegerField(required=False, min_value=1, label="Longest lease (h)")
-    max_gpus_by_model = forms.CharField(
-        required=False,
-        label="GPUs per model",
-        help_text='e.g. {"H100": 16}',
-        widget=forms.TextInput(attrs={"placeholder": '{"H100": 16}'}),
-    )
     allowed_instance_types = forms.CharField(
         required=False,
         label="Allowed types",
         help_text="comma-separated; empty allows all",
     )
-    allowed_markets = forms.CharField(
-        required=False,
-        label="Markets per type",
-        help_text='e.g. {"p5.48xlarge": ["spot"]}',
-        widget=forms.TextInput(attrs={"placeholder": '{"p5.48xlarge": ["spot"]}'}),
+    max_gpus_by_model = gpu_limits_field(label="GPUs per model")
+    allowed_markets = markets_field(
+        label="Markets per type", help_text="a type without a row may run on-demand and spot"
     )
 
-    def _json(self, name: str, kind: type):
-        raw = self.cleaned_data.get(name) or ""
-        if not raw.strip():
-            return kind()
-        try:
-            value = json.loads(raw)
-        except ValueError:
-            raise ValidationError("This is not valid JSON.") from None
-        if not isinstance(value, kind):
-            raise ValidationError(f"Give a JSON {'object' if kind is dict else 'list'}.")
-        return value
-
-    def clean_max_gpus_by_model(self):
-        return self._json("max_gpus_by_model", dict)
-
-    def clean_allowed_markets(self):
-        return self._json("allowed_markets", dict)
+    def __init__(self, *args, choices: QuotaChoices, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["max_gpus_by_model"].set_keys(choices.gpu_models)
+        self.fields["allowed_markets"].set_keys(choices.instance_types)
 
     def clean_allowed_instance_types(self):
         raw = self.cleaned_data.get("allowed_instance_types") or ""
@@ -72,17 +51,19 @@ class PolicyForm(forms.Form):
     """Which orders of a project wait for an admin or a manager."""
 
     gpus_above = forms.IntegerField(
-        required=False, min_value=0, label="Approve orders above (GPUs)"
+        required=False, min_value=0, label="Require approval above (GPUs)"
     )
     instance_types = forms.CharField(
-        required=False, label="Always approve these types", help_text="comma-separated"
+        required=False,
+        label="Always require approval for",
+        help_text="instance types, comma-separated; orders for them always wait for a yes",
     )
     on_demand_price_above = forms.DecimalField(
         required=False,
         min_value=0,
         max_digits=14,
         decimal_places=6,
-        label="Approve on-demand above ($/h)",
+        label="Require approval for on-demand above ($/h)",
     )
     expire_after_days = forms.IntegerField(
         min_value=1, max_value=60, initial=3, label="Expire after (days)"
@@ -111,9 +92,9 @@ def _quota_initial(quota: Quota | None) -> dict:
         "max_gpus": quota.max_gpus,
         "max_instances": quota.max_instances,
         "max_lease_hours": quota.max_lease_hours,
-        "max_gpus_by_model": json.dumps(quota.max_gpus_by_model) if quota.max_gpus_by_model else "",
+        "max_gpus_by_model": quota.max_gpus_by_model,
         "allowed_instance_types": ", ".join(quota.allowed_instance_types),
-        "allowed_markets": json.dumps(quota.allowed_markets) if quota.allowed_markets else "",
+        "allowed_markets": quota.allowed_markets,
     }
 
 
@@ -121,11 +102,34 @@ def _back_to(request: HttpRequest | None = None, *, slug: str) -> str:
     return reverse("quotas") + f"#q-{slug}"
 
 
-def quotas_page(request: HttpRequest) -> HttpResponse:
+def _card_messages(request: HttpRequest) -> tuple[dict[str, list], list]:
+    """Messages tagged for a project's card (``card:<slug>``), by slug, and the rest: a save
+    answers at the card it saved, not at the top of a long page."""
+    by_card: dict[str, list] = {}
+    rest = []
+    for message in messages.get_messages(request):
+        tag = next((t for t in message.extra_tags.split() if t.startswith("card:")), None)
+        if tag:
+            by_card.setdefault(tag.removeprefix("card:"), []).append(message)
+        else:
+            rest.append(message)
+    return by_card, rest
+
+
+def _saved(request: HttpRequest, slug: str, text: str) -> HttpResponse:
+    messages.success(request, text, extra_tags=f"card:{slug}")
+    return redirect(_back_to(slug=slug))
+
+
+def quotas_page(
+    request: HttpRequest, *, bound: tuple[str, forms.Form] | None = None, status: int = 200
+) -> HttpResponse:
     """Admins set each project's quota; everyone else sees theirs on the dashboard. A fixed
-    number of queries however many projects there are."""
+    number of queries however many projects there are. ``bound`` is a form sent back with its
+    problems (slug, form): it replaces that card's form, with what was typed kept."""
     if not permissions.can_set_quotas(request.user):
         return forbidden(request, "Only admins change quotas; yours are on the dashboard.")
+    choices = quota_choices()
     projects = list(Project.objects.filter(is_active=True))
     ids = [project.pk for project in projects]
     recent = QuotaChange.objects.select_related("changed_by").order_by("-changed_at", "-id")
@@ -137,17 +141,25 @@ def quotas_page(request: HttpRequest) -> HttpResponse:
     }
     policies = {p.project_id: p for p in ApprovalPolicy.objects.filter(project_id__in=ids)}
     used = usage_of((pk, None) for pk in ids)
+    by_card, rest = _card_messages(request)
     rows = []
     for project in projects:
         quota = quotas.get(project.pk)
+        form = QuotaForm(initial=_quota_initial(quota), prefix=project.slug, choices=choices)
+        policy_form = PolicyForm(
+            initial=_policy_initial(policies.get(project.pk)), prefix=f"policy-{project.slug}"
+        )
+        if bound is not None and bound[0] == project.slug:
+            if isinstance(bound[1], QuotaForm):
+                form = bound[1]
+            else:
+                policy_form = bound[1]
         rows.append(
             {
                 "project": project,
-                "form": QuotaForm(initial=_quota_initial(quota), prefix=project.slug),
-                "policy_form": PolicyForm(
-                    initial=_policy_initial(policies.get(project.pk)),
-                    prefix=f"policy-{project.slug}",
-                ),
+                "form": form,
+                "policy_form": policy_form,
+                "messages": by_card.get(project.slug, []),
                 "bars": bars(quota, used[(project.pk, None)]),
                 "quota": quota,
                 "changes": [
@@ -156,33 +168,38 @@ def quotas_page(request: HttpRequest) -> HttpResponse:
                 ],
             }
         )
-    return render(request, "portal/quotas.html", {"rows": rows})
+    context = {"rows": rows, "messages": rest}
+    return render(request, "portal/quotas.html", context, status=status)
 
 
 @require_POST
-@service_errors(back=_back_to, prefix=lambda slug: slug)
+@service_errors()
 def quota_save(request: HttpRequest, slug: str) -> HttpResponse:
+    """Save one project's quota. A refusal shows the page again with the card's form as it
+    was sent, each problem beside its field (400)."""
     if not permissions.can_set_quotas(request.user):
         return forbidden(request, "Only admins change quotas.")
     project = get_object_or_404(Project, slug=slug)
-    form = QuotaForm(request.POST, prefix=slug)
-    if not form.is_valid():
-        raise ValidationError(form_problems(form))
-    values, problems = quota_values_problems(form.cleaned_data)
-    if problems:
-        raise ValidationError(" ".join(problems.values()))
-    quota_set(project=project, actor=request.user, **values)
-    messages.success(request, f"Saved the quota of {slug}.")
-    return redirect(_back_to(slug=slug))
+    form = QuotaForm(request.POST, prefix=slug, choices=quota_choices())
+    if form.is_valid():
+        values, problems = quota_values_problems(form.cleaned_data)
+        with form_errors(form):
+            if problems:
+                raise ValidationError(problems, code="not_in_catalog")
+            quota_set(project=project, actor=request.user, **values)
+    if form.errors:
+        return quotas_page(request, bound=(slug, form), status=400)
+    return _saved(request, slug, f"Saved the quota of {project.name}.")
 
 
 @require_POST
-@service_errors(back=_back_to, prefix=lambda slug: slug)
+@service_errors()
 def policy_save(request: HttpRequest, slug: str) -> HttpResponse:
     project = get_object_or_404(permissions.visible_projects(request.user), slug=slug)
     form = PolicyForm(request.POST, prefix=f"policy-{slug}")
-    if not form.is_valid():
-        raise ValidationError(form_problems(form))
-    approval_policy_set(project=project, actor=request.user, **form.cleaned_data)
-    messages.success(request, f"Saved the approval policy of {slug}.")
-    return redirect(_back_to(slug=slug))
+    if form.is_valid():
+        with form_errors(form):
+            approval_policy_set(project=project, actor=request.user, **form.cleaned_data)
+    if form.errors:
+        return quotas_page(request, bound=(slug, form), status=400)
+    return _saved(request, slug, f"Saved the approval policy of {project.name}.")

@@ -26,10 +26,139 @@ document.body.addEventListener("portal:error", (event) => {
   toast._timer = setTimeout(() => { toast.hidden = true; }, 6000);
 });
 
-// Forms that ask first (revoking a token): the question is the form's data-confirm.
+// Narrow screens: the navigation folds behind the Menu button (portal.css shows the button only
+// when this class is set, so without scripts the links simply wrap under the brand).
+document.documentElement.classList.add("js");
+document.addEventListener("click", (event) => {
+  const toggle = event.target.closest(".nav-toggle");
+  if (!toggle) return;
+  const open = toggle.getAttribute("aria-expanded") !== "true";
+  toggle.setAttribute("aria-expanded", String(open));
+  toggle.closest(".topbar").classList.toggle("nav-open", open);
+});
+document.addEventListener("keydown", (event) => {
+  const toggle = document.querySelector(".nav-toggle[aria-expanded=true]");
+  if (event.key !== "Escape" || !toggle) return;
+  toggle.setAttribute("aria-expanded", "false");
+  toggle.closest(".topbar").classList.remove("nav-open");
+  toggle.focus();
+});
+
+// Confirmations in a styled <dialog> rather than the browser's window.confirm. An element says
+// what to ask with data attributes: data-confirm (the question), data-confirm-text (what
+// happens), data-confirm-ok (the button's label), data-danger (a red button). A bulk button
+// (data-confirm-hosts) names the hosts ticked in its form.
+function confirmDialog() {
+  let dialog = document.getElementById("confirm-dialog");
+  if (dialog) return dialog;
+  dialog = document.createElement("dialog");
+  dialog.id = "confirm-dialog";
+  dialog.className = "confirm-dialog";
+  dialog.setAttribute("aria-labelledby", "confirm-title");
+  dialog.innerHTML = '<form method="dialog">'
+    + '<h2 id="confirm-title" class="confirm-title"></h2>'
+    + '<p class="confirm-text"></p><ul class="confirm-list"></ul>'
+    + '<div class="confirm-actions">'
+    + '<button type="submit" value="cancel" class="button confirm-cancel">Cancel</button>'
+    + '<button type="submit" value="ok" class="button primary confirm-ok">OK</button>'
+    + "</div></form>";
+  document.body.append(dialog);
+  return dialog;
+}
+
+function ask({ question, text = "", items = [], ok = "OK", danger = false }) {
+  const dialog = confirmDialog();
+  dialog.querySelector(".confirm-title").textContent = question;
+  const body = dialog.querySelector(".confirm-text");
+  body.textContent = text;
+  body.hidden = !text;
+  const list = dialog.querySelector(".confirm-list");
+  list.replaceChildren(...items.map((item) => {
+    const li = document.createElement("li");
+    li.textContent = item;
+    return li;
+  }));
+  list.hidden = !items.length;
+  const button = dialog.querySelector(".confirm-ok");
+  button.textContent = ok;
+  button.classList.toggle("danger", danger);
+  button.classList.toggle("primary", !danger);
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok"), { once: true });
+    dialog.returnValue = "";
+    dialog.showModal();
+    dialog.querySelector(".confirm-cancel").focus();
+  });
+}
+
+function questionOf(element, form) {
+  const data = element.dataset;
+  const hosts = data.confirmHosts !== undefined
+    ? [...form.querySelectorAll("input[name=host]:checked")].map((box) => box.dataset.name)
+    : [];
+  const many = hosts.length === 1 ? "1 host" : hosts.length + " hosts";
+  return {
+    question: (data.confirm || "").replace("{hosts}", many),
+    text: data.confirmText || "",
+    items: hosts,
+    ok: data.confirmOk || "OK",
+    danger: data.danger !== undefined,
+  };
+}
+
 document.addEventListener("submit", (event) => {
-  const form = event.target.closest("form[data-confirm]");
-  if (form && !window.confirm(form.dataset.confirm)) event.preventDefault();
+  const form = event.target;
+  const submitter = event.submitter;
+  const asker = submitter && submitter.dataset.confirm ? submitter
+    : form.dataset.confirm ? form : null;
+  if (!asker || form.dataset.confirmed === "yes") {
+    delete form.dataset.confirmed;
+    return;
+  }
+  event.preventDefault();
+  ask(questionOf(asker, form)).then((yes) => {
+    if (!yes) return;
+    form.dataset.confirmed = "yes";
+    form.requestSubmit(submitter || undefined);
+  });
+});
+
+// htmx asks before requests with hx-confirm: the same dialog answers.
+document.addEventListener("htmx:confirm", (event) => {
+  if (!event.detail.question) return;
+  event.preventDefault();
+  const element = event.detail.elt;
+  const details = questionOf(element, element.closest("form") || document);
+  if (!element.dataset.confirm) details.question = event.detail.question;
+  ask(details).then((yes) => { if (yes) event.detail.issueRequest(true); });
+});
+
+// Bulk actions: their buttons wait until a host is ticked; a group's box ticks its hosts.
+function syncBulk(form) {
+  const ticked = form.querySelectorAll("input[name=host]:checked").length;
+  form.querySelectorAll("[data-bulk-count]").forEach((out) => {
+    out.textContent = ticked ? ticked + " selected" : "";
+  });
+  form.querySelectorAll("button[data-confirm-hosts]").forEach((button) => {
+    button.disabled = ticked === 0;
+  });
+  form.querySelectorAll("input[data-select-group]").forEach((box) => {
+    const boxes = form.querySelectorAll(`input[name=host][data-group="${box.dataset.selectGroup}"]`);
+    const on = [...boxes].filter((b) => b.checked).length;
+    box.checked = boxes.length > 0 && on === boxes.length;
+    box.indeterminate = on > 0 && on < boxes.length;
+  });
+}
+document.addEventListener("change", (event) => {
+  const form = event.target.closest("form[data-bulk]");
+  if (!form) return;
+  const group = event.target.dataset.selectGroup;
+  if (group) {
+    form.querySelectorAll(`input[name=host][data-group="${group}"]`).forEach((box) => {
+      box.checked = event.target.checked;
+    });
+  }
+  syncBulk(form);
 });
 
 // Bars and markers are sized from data attributes, in percent of their track: the
@@ -47,9 +176,41 @@ function sizeBars(root) {
   });
 }
 
+// A menu (<details class="menu">) closes when a choice in it is made or the click is elsewhere.
+document.addEventListener("click", (event) => {
+  document.querySelectorAll("details.menu[open]").forEach((menu) => {
+    if (!menu.contains(event.target) || event.target.closest(".menu-panel button, .menu-panel a")) {
+      menu.open = false;
+    }
+  });
+});
+
+function onLoad(root) {
+  sizeBars(root);
+  document.querySelectorAll("form[data-bulk]").forEach(syncBulk);
+}
+
 // On the page as loaded, and on every fragment htmx swaps in later.
 if (window.htmx) {
-  htmx.onLoad(sizeBars);
+  htmx.onLoad(onLoad);
 } else {
-  document.addEventListener("DOMContentLoaded", () => sizeBars(document));
+  document.addEventListener("DOMContentLoaded", () => onLoad(document));
 }
+
+// Escape closes an open menu (the account menu, a host's More menu) and gives focus back to its
+// button.
+document.addEventListener("keydown", (event) => {
+  if (event.key !== "Escape") return;
+  document.querySelectorAll("details.menu[open]").forEach((menu) => {
+    menu.open = false;
+    menu.querySelector("summary").focus();
+  });
+});
+// A live region polls every few seconds; a poll would close a menu open in it or redraw the
+// rows under an open confirmation, so it waits until they are closed.
+document.addEventListener("htmx:beforeRequest", (event) => {
+  const element = event.detail.elt;
+  if (!(element.getAttribute("hx-trigger") || "").startsWith("every")) return;
+  const dialog = document.getElementById("confirm-dialog");
+  if (element.querySelector("details[open]") || (dialog && dialog.open)) event.preventDefault();
+});

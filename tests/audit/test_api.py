@@ -102,7 +102,7 @@ def test_one_row_by_its_sequence_number(as_ada, log):
     [
         ("status=abc", "status", "status accepts a code such as 404 or a class such as 4xx"),
         ("status=9xx", "status", "9xx is not a status"),
-        ("since=yesterday", "since", "Enter a date and time in UTC such as 2026-11-29T14:00"),
+        ("since=yesterday", "since", "Enter a date, or a date and a 24-hour time, in UTC"),
         ("method=FETCH", "method", "FETCH is not a method; method accepts GET"),
         ("outcome=fine", "outcome", "outcome accepts success, denied or error"),
     ],

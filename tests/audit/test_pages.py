@@ -115,7 +115,7 @@ def test_the_json_lines_export_streams_one_document_per_row(web, ada, log):
 def test_an_export_with_a_bad_filter_says_what_to_fix(web, ada, log):
     response = web(ada).get("/audit/export.csv?since=soon")
     assert response.status_code == 400
-    assert b"since: Enter a date and time" in response.content
+    assert b"since: Enter a date, or a date and a 24-hour time, in UTC" in response.content
 
 
 @pytest.mark.parametrize("persona", ["alice", "fin"])

@@ -61,7 +61,7 @@ def test_production_signs_with_its_own_key_not_the_secret_key(tmp_path):
 
 def test_the_fault_switch_is_in_the_test_settings_only(tmp_path, settings):
     production = start({**PRODUCTION, "PORTAL_AUDIT_SIGNING_KEY": "k" * 50}, tmp_path)
-    development = start({}, tmp_path)
+    development = start({"DJANGO_DEBUG": "1"}, tmp_path)
     for result in (production, development):
         assert result.returncode == 0, result.stderr
         assert result.stdout.split()[-2:] == ["False", "False"]
@@ -69,6 +69,8 @@ def test_the_fault_switch_is_in_the_test_settings_only(tmp_path, settings):
 
 
 def test_development_has_a_signing_key_and_reads_the_audit_settings(tmp_path):
-    result = start({"PORTAL_TRUSTED_PROXIES": "2", "PORTAL_AUDIT_ENABLED": "0"}, tmp_path)
+    result = start(
+        {"DJANGO_DEBUG": "1", "PORTAL_TRUSTED_PROXIES": "2", "PORTAL_AUDIT_ENABLED": "0"}, tmp_path
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split()[:3] == ["False", "False", "2"]

@@ -126,3 +126,17 @@ def sign_in(page):
         page.wait_for_url("**/dashboard/**")
 
     return as_user
+
+
+def answer_confirmation(page, *, accept: bool = True, says: str | None = None):
+    """Answer the portal's styled confirmation (static/js/portal.js's <dialog>), checking first
+    that it asks what it should; returns the dialog's locator (closed by then)."""
+    from playwright.sync_api import expect
+
+    dialog = page.locator("dialog.confirm-dialog[open]")
+    expect(dialog).to_be_visible()
+    if says is not None:
+        expect(dialog).to_contain_text(says)
+    dialog.locator(".confirm-ok" if accept else ".confirm-cancel").click()
+    expect(page.locator("dialog.confirm-dialog[open]")).to_have_count(0)
+    return dialog

@@ -45,8 +45,8 @@ def test_quota_refusal_then_an_approved_order_provisions(
     admin.get_by_role("link", name="Quotas").click()
     card = admin.locator('[data-project="vision-lab"]')
     card.get_by_label("GPUs in total").fill("8")
-    card.get_by_role("button", name="Save vision-lab").click()
-    expect(admin.locator(".flash")).to_contain_text("Saved the quota of vision-lab")
+    card.get_by_role("button", name="Save limits of vision-lab").click()
+    expect(card.locator(".flash")).to_contain_text("Saved the quota of Vision Lab")
     expect(card.locator('[data-quota="GPUs"]')).to_contain_text("0 / 8")
 
     researcher = as_user("alice")
@@ -59,9 +59,9 @@ def test_quota_refusal_then_an_approved_order_provisions(
     assert not Order.objects.exists()
 
     card = admin.locator('[data-project="vision-lab"]')
-    card.get_by_label("Approve orders above (GPUs)").fill("2")
+    card.get_by_label("Require approval above (GPUs)").fill("2")
     card.get_by_role("button", name="Save policy").click()
-    expect(admin.locator(".flash")).to_contain_text("Saved the approval policy of vision-lab")
+    expect(card.locator(".flash")).to_contain_text("Saved the approval policy of Vision Lab")
 
     other = as_user("bob")
     order(other, "g5.xlarge", 3)

@@ -8,6 +8,7 @@ import pytest
 from playwright.sync_api import expect
 
 from instances.models import Instance
+from tests.browser.conftest import answer_confirmation
 from tests.conftest import ED25519
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -38,8 +39,10 @@ def test_alice_orders_a_g5_spot_host_watches_it_run_and_terminates_it(
     instance = Instance.objects.get()
     expect(row.locator("code.ssh")).to_have_text(f"ssh ubuntu@{instance.public_ip}")
 
-    page.once("dialog", lambda dialog: dialog.accept())
+    # Terminate sits in the row's menu and asks in the portal's dialog, naming the host.
+    row.locator("summary", has_text="More").click()
     row.get_by_role("button", name="Terminate").click()
+    answer_confirmation(page, says=f"Terminate {instance.name} (g5.xlarge)?")
     expect(row.locator(".status")).to_have_text(re.compile("Terminat(ing|ed)"))
     expect(row.locator(".status")).to_have_text("Terminated", timeout=30_000)
     instance.refresh_from_db()

@@ -22,7 +22,7 @@ def moto_ec2(monkeypatch, settings):
     monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
     settings.AWS_ENDPOINT_URL = ""
     settings.PORTAL_REGION = REGION
-    settings.PORTAL_EC2_SUBNET_ID = ""
+    settings.PORTAL_EC2_SUBNET_IDS = []
     settings.PORTAL_EC2_SECURITY_GROUP_IDS = []
     settings.PORTAL_EC2_INSTANCE_PROFILE = ""
     settings.PORTAL_EC2_KMS_KEY_ID = ""

@@ -145,7 +145,7 @@ def test_the_host_goes_to_the_subnet_and_security_groups_from_settings(moto_ec2,
         moto_ec2.create_security_group(GroupName=name, Description=name, VpcId=vpc)["GroupId"]
         for name in ("portal-ssh", "portal-egress")
     ]
-    settings.PORTAL_EC2_SUBNET_ID = subnet
+    settings.PORTAL_EC2_SUBNET_IDS = [subnet]
     settings.PORTAL_EC2_SECURITY_GROUP_IDS = groups
     instance = launch()
     assert (instance["SubnetId"], instance["VpcId"]) == (subnet, vpc)
@@ -215,17 +215,18 @@ def refuse_run_instances(ec2, ami_id):
     return refuse
 
 
-def a_request(image_id: str) -> LaunchRequest:
+def a_request(image_id: str, **changes) -> LaunchRequest:
     instance_uuid = str(uuid.uuid4())
-    return LaunchRequest(
-        client_token=f"portal-{instance_uuid}",
-        instance_uuid=instance_uuid,
-        instance_type="p5.48xlarge",
-        image_id=image_id,
-        market="on_demand",
-        ssh_public_key=SSH_KEY,
-        tags={TAG_INSTANCE: instance_uuid},
-    )
+    fields = {
+        "client_token": f"portal-{instance_uuid}",
+        "instance_uuid": instance_uuid,
+        "instance_type": "p5.48xlarge",
+        "image_id": image_id,
+        "market": "on_demand",
+        "ssh_public_key": SSH_KEY,
+        "tags": {TAG_INSTANCE: instance_uuid},
+    }
+    return LaunchRequest(**(fields | changes))
 
 
 @pytest.mark.parametrize("code", ["RequestLimitExceeded", "InsufficientInstanceCapacity"])

@@ -200,3 +200,22 @@ def test_a_warning_ends_with_the_policy_or_when_the_host_stops_another_way(
     services.instance_request_stop(instance=Instance.objects.get(pk=host.pk), user=alice)
     services.idle_check()
     assert Instance.objects.get(pk=host.pk).idle_stop_at is None
+
+
+def test_the_idle_warning_notice_has_its_own_keep_running_button(
+    clock, running_host, idle_policy, alice, client
+):
+    host = running_host()
+    _profile(host, "idle", clock)
+    assert _minutes(clock, 26).warned == [str(host.pk)]
+    client.force_login(alice)
+    page = client.get("/dashboard/").content.decode()
+    action = f"/hosts/{host.pk}/keep-running/"
+    assert f'action="{action}"' in page
+    assert ">Keep running</button>" in page
+    answer = client.post(action, {"next": "/dashboard/"})
+    assert answer.status_code == 302 and answer["Location"] == "/dashboard/"
+    row = Instance.objects.get(pk=host.pk)
+    assert row.idle_stop_at is None
+    assert row.idle_snoozed_until == clock.now + timedelta(hours=2)
+    assert _minutes(clock, 30).stopped == []

@@ -177,7 +177,7 @@ def test_a_spot_price_below_the_market_is_said_in_dollars(page, catalog):
         page.post(ORDER, form(market="spot", max_spot_price="0.01", interruption_policy="notify"))
     )
     assert field_error(body, "max_spot_price").startswith(
-        "Your maximum spot price $0.01/h is below the current spot price $0.3515/h"
+        "Your maximum spot price $0.0100/h is below the current spot price $0.3515/h"
     )
 
 

@@ -182,7 +182,7 @@ def test_a_double_click_on_the_order_page_places_one_order(browser):
     assert order.idempotency_key == f"page-{form['submission']}"
     assert Instance.objects.filter(order=order).count() == 2
     assert first.status_code == second.status_code == 302
-    assert first["Location"] == second["Location"] == f"/hosts/?order={order.pk}"
+    assert first["Location"] == second["Location"] == f"/hosts/?new={order.pk}"
 
 
 def test_each_rendering_of_the_order_page_is_a_new_order(browser):

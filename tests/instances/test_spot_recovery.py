@@ -68,6 +68,32 @@ def test_a_warning_goes_on_the_timeline_and_to_the_owner_with_by_when_and_the_ch
     assert not host.replacements.exists()
 
 
+@pytest.mark.parametrize(
+    ("policy", "then"),
+    [
+        ("notify", "nothing is launched in its place"),
+        ("relaunch_spot", "a replacement spot host starts at once"),
+        ("fallback_on_demand", "a replacement on-demand host starts at once"),
+    ],
+)
+def test_a_rebalance_recommendation_tells_the_owner_once_and_launches_nothing(
+    spot_host, alice, policy, then
+):
+    host = spot_host(policy)
+    rebalance = SpotWarning(cloud_id=host.cloud_id, kind=SpotWarning.REBALANCE, at=timezone.now())
+    for _ in range(3):  # the queue delivers at least once
+        services.spot_warning_receive(warning=rebalance)
+    notices = Notice.objects.filter(user=alice, subject__contains="higher risk of interruption")
+    assert notices.count() == 1
+    assert "Save your work now" in notices[0].body
+    assert then in notices[0].body
+    assert host.order.checkpoint_uri in notices[0].body
+    assert host.events.filter(reason__startswith="rebalance recommendation").count() == 1
+    host.refresh_from_db()
+    assert host.spot_warning_at is None
+    assert not host.replacements.exists()
+
+
 def test_the_warning_email_reaches_the_owner(spot_host, alice, django_capture_on_commit_callbacks):
     host = spot_host("notify")
     with django_capture_on_commit_callbacks(execute=True):

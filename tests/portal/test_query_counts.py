@@ -42,7 +42,13 @@ def queries(client, url: str) -> int:
 
 @pytest.mark.parametrize(
     ("viewer", "url"),
-    [("ada", "/quotas/"), ("alice", "/dashboard/"), ("alice", "/api/v1/quotas/")],
+    [
+        ("ada", "/quotas/"),
+        ("alice", "/dashboard/"),
+        ("ada", "/dashboard/"),
+        ("fin", "/dashboard/"),
+        ("alice", "/api/v1/quotas/"),
+    ],
 )
 def test_a_page_costs_the_same_queries_for_two_projects_as_for_eight(
     client, grow, request, viewer, url

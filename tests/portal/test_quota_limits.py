@@ -35,5 +35,8 @@ def test_a_history_line_names_what_changed_and_not_what_stayed_unset():
         before={},
         after={"max_gpus": 8, "max_instances": None, "allowed_instance_types": []},
     )
-    assert change_in_words(created) == "GPUs none → 8"
-    assert change_in_words(QuotaChange(before={"max_gpus": 8}, after={})) == "GPUs 8 → none"
+    assert change_in_words(created) == "GPU limit set to 8."
+    assert (
+        change_in_words(QuotaChange(before={"max_gpus": 8}, after={}))
+        == "Quota removed: no limits."
+    )

@@ -44,8 +44,8 @@ def settings_with(env: dict[str, str], tmp_path) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def test_defaults_need_no_services(tmp_path):
-    found = settings_with({}, tmp_path)
+def test_development_defaults_need_no_services(tmp_path):
+    found = settings_with({"DJANGO_DEBUG": "1"}, tmp_path)
     assert found["debug"] is True
     assert found["engine"] == "django.db.backends.sqlite3"
     assert found["name"] == str(tmp_path / "portal.sqlite3")
@@ -77,6 +77,25 @@ def test_every_setting_is_read_from_the_environment(tmp_path):
     assert found["hosts"] == ["gpu.example.org", "portal.example.org"]
     assert found["ssl_redirect"] is True
     assert found["storage"] == "whitenoise.storage.CompressedManifestStaticFilesStorage"
+
+
+def test_a_server_started_without_settings_is_a_production_server(tmp_path):
+    result = run_with_env({"PORTAL_VAR_DIR": str(tmp_path)})
+    assert result.returncode != 0
+    assert "DJANGO_SECRET_KEY is not set; it is required when DJANGO_DEBUG=0 (the default" in (
+        result.stderr
+    )
+    found = settings_with(
+        {"DJANGO_SECRET_KEY": "k" * 64, "PORTAL_AUDIT_SIGNING_KEY": "a" * 64}, tmp_path
+    )
+    assert found["debug"] is False
+    assert found["ssl_redirect"] is True
+    assert found["storage"] == "whitenoise.storage.CompressedManifestStaticFilesStorage"
+
+
+def test_make_run_turns_debug_on_explicitly():
+    makefile = (ROOT / "Makefile").read_text()
+    assert "run: export DJANGO_DEBUG ?= 1" in makefile
 
 
 def test_production_without_a_secret_key_refuses_to_start_and_names_it(tmp_path):
@@ -167,7 +186,10 @@ def test_production_starts_with_a_32_byte_audit_signing_key(key, tmp_path):
 def test_development_keeps_accepting_a_short_audit_signing_key(tmp_path):
     code = "import django; django.setup(); from django.conf import settings as s; "
     code += "print(s.PORTAL_AUDIT_SIGNING_KEY)"
-    result = run_with_env({"PORTAL_AUDIT_SIGNING_KEY": "k", "PORTAL_VAR_DIR": str(tmp_path)}, code)
+    result = run_with_env(
+        {"DJANGO_DEBUG": "1", "PORTAL_AUDIT_SIGNING_KEY": "k", "PORTAL_VAR_DIR": str(tmp_path)},
+        code,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["k"]
 

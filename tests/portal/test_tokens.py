@@ -159,6 +159,6 @@ def test_revoking_from_the_page_says_it_was_revoked(client, alice):
     response = client.post("/account/tokens/", {"revoke": token.pk}, follow=True)
     html = response.content.decode()
     assert f"Revoked old laptop ({token.prefix}…)" in html
-    assert "Yes, revoke old laptop" not in html  # revoked: nothing left to confirm
+    assert 'data-confirm="Revoke old laptop?"' not in html  # revoked: nothing left to confirm
     token.refresh_from_db()
     assert token.revoked_at is not None

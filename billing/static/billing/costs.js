@@ -10,6 +10,15 @@
     const compact = new Intl.NumberFormat("en-US", {
       style: "currency", currency: "USD", notation: "compact", maximumFractionDigits: 1,
     });
+    function axisLabel(value, ticks) {
+      const step = ticks.length > 1 ? Math.abs(ticks[1].value - ticks[0].value) : Math.abs(value);
+      if (step >= 1000) return compact.format(value);
+      const places = step >= 1 || step === 0 ? 0 : Math.min(4, Math.max(2, Math.ceil(-Math.log10(step) - 1e-9)));
+      return new Intl.NumberFormat("en-US", {
+        style: "currency", currency: "USD",
+        minimumFractionDigits: places, maximumFractionDigits: places,
+      }).format(value);
+    }
     const monthly = data.granularity === "month";
     const labels = data.labels.map((iso) => {
       const day = new Date(iso + "T00:00:00Z");
@@ -53,7 +62,9 @@
             stacked: true,
             beginAtZero: true,
             grid: { color: "#eef1f6" },
-            ticks: { callback: (value) => compact.format(value) },
+            // Ticks show as many decimals as their step needs: spend under a dollar reads
+            // $0.05, $0.10, ... rather than "$0" on every line.
+            ticks: { callback: (value, index, ticks) => axisLabel(value, ticks) },
           },
         },
         plugins: {

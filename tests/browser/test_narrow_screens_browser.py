@@ -1,0 +1,93 @@
+"""Every page, for each persona, at a phone's width (390 px) and a desktop's (1440 px): the
+page never scrolls sideways (a wide table scrolls inside its own card), and nothing is logged
+to the console. Screenshots land in test-artifacts/widths/ to be looked at.
+"""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser import test_every_page_browser as every_page
+from tests.browser.conftest import ARTIFACTS
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+# The same world as the every-page test: running hosts, a month of spend, a held order.
+world = every_page.world
+
+WIDTHS = (390, 1440)
+PERSONAS = [("alice", "researcher"), ("ada", "admin"), ("fin", "finance")]
+
+
+def pages_of(role: str, world) -> list[str]:
+    """The pages each persona reaches from the navigation and the user menu."""
+    if role == "finance":
+        pages = every_page.pages_for("researcher", world)
+        # Finance cannot order (the order page says so, as a 403 page that must fit too).
+        return [*pages, "/costs/reconciliation/"]
+    return every_page.pages_for(role, world)
+
+
+def overflow(page) -> dict:
+    """How far the document reaches past the window, and the widest elements that do it."""
+    return page.evaluate(
+        """() => {
+          const width = window.innerWidth;
+          const culprits = [...document.querySelectorAll("body *")]
+            .filter((e) => e.getBoundingClientRect().right > width + 1)
+            .filter((e) => !e.closest(".table-card, .scroll-x, pre, .opblock-body"))
+            .slice(0, 5)
+            .map((e) => e.tagName.toLowerCase() + (e.className && typeof e.className === "string"
+              ? "." + e.className.trim().split(/\\s+/).join(".") : "")
+              + " " + Math.round(e.getBoundingClientRect().right));
+          return {scroll: document.documentElement.scrollWidth, inner: width, culprits};
+        }"""
+    )
+
+
+@pytest.mark.parametrize(("username", "role"), PERSONAS)
+def test_every_page_fits_a_phone_and_a_desktop(username, role, new_context, browser_log, world):
+    page = new_context().new_page()
+    page.set_default_timeout(20_000)
+    every_page.sign_in_on(page, username)
+    shots = ARTIFACTS / "widths"
+    shots.mkdir(parents=True, exist_ok=True)
+    problems = []
+    for width in WIDTHS:
+        page.set_viewport_size({"width": width, "height": 860})
+        for path in pages_of(role, world):
+            browser_log.clear()
+            response = page.goto(path)
+            assert response is not None and response.status in (200, 403), f"{path}: {response}"
+            every_page.settle(page, path)
+            name = path.strip("/").replace("/", "_") or "root"
+            page.screenshot(path=str(shots / f"{width}-{role}-{name}.png"), full_page=True)
+            measured = overflow(page)
+            if measured["scroll"] > measured["inner"]:
+                problems.append(
+                    f"{width}px {path}: page is {measured['scroll']} px wide, "
+                    f"{measured['culprits']}"
+                )
+            # The browser logs the 403 of a page that refuses (finance's order page) itself.
+            refused = f"status of {response.status}" if response.status != 200 else None
+            problems += [
+                f"{width}px {path}: {error}"
+                for error in browser_log.errors
+                if not (refused and refused in error and path in error)
+            ]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_menu_button_opens_the_navigation_on_a_phone(page, sign_in, world):
+    page.set_viewport_size({"width": 390, "height": 800})
+    sign_in("alice")
+    nav = page.locator(".mainnav")
+    expect(nav).to_be_hidden()
+    page.get_by_role("button", name="Menu").click()
+    expect(nav).to_be_visible()
+    nav.get_by_role("link", name="Budgets").click()
+    page.wait_for_url("**/budgets/")
+    page.set_viewport_size({"width": 1440, "height": 800})
+    expect(page.locator(".mainnav")).to_be_visible()
+    expect(page.get_by_role("button", name="Menu")).to_be_hidden()

@@ -264,7 +264,7 @@ def budget_headroom(request) -> list[Headroom]:
             over=blocks and cost > left,
             note=""
             if blocks or cost <= left
-            else "over budget: finance is told, the order is not refused",
+            else f"this order ({usd(cost)}) goes over: finance is told, it is not refused",
         )
     ]
 

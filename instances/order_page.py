@@ -123,12 +123,14 @@ def order_words(*, instance_type: InstanceType, longest: int):
                 return "lease_hours", f"A lease can last at most {longest} hours in this project."
             return REFUSAL_FIELDS.get(code), error.message
         if (name, code) == ("count", "out_of_range"):
-            return name, f"Choose between 1 and {params['max']} hosts."
+            most = params.get("max", settings.PORTAL_ORDER_MAX_COUNT)
+            return name, f"Choose between 1 and {most} hosts."
         if (name, code) == ("lease_hours", "out_of_range"):
-            if longest < params["max"]:
+            most = params.get("max", settings.PORTAL_LEASE_MAX_HOURS)
+            if longest < most:
                 return name, f"A lease can last at most {longest} hours in this project."
-            return name, f"A lease lasts from 1 to {params['max']} hours."
-        if (name, code) == ("max_spot_price", "below_spot_price"):
+            return name, f"A lease lasts from 1 to {most} hours."
+        if (name, code) == ("max_spot_price", "below_spot_price") and params:
             return name, (
                 f"Your maximum spot price {usd(params['price'], RATE)}/h is below the current "
                 f"spot price {usd(params['current'], RATE)}/h, so the host would not launch: "
@@ -189,6 +191,7 @@ def order_context(request: HttpRequest, instance_type: InstanceType, data) -> di
         "invalid": [],
         "preview": Preview(),
         "count_max": settings.PORTAL_ORDER_MAX_COUNT,
+        "count_hint": f"Up to {settings.PORTAL_ORDER_MAX_COUNT} in one order.",
         "lease_max": longest,
         "project": project,
     }
@@ -231,13 +234,25 @@ def order_context(request: HttpRequest, instance_type: InstanceType, data) -> di
         except ValidationError:
             return context
         context["preview"] = order_preview(order)
-        return context
+        return _bounded(context)
     preview = order_preview(order)
     if preview.refusal_code == "quota_lease":
         context["invalid"].append(words(None, PortalError("", code="quota_lease"))[1])
     context.update(preview=preview, **_priced(instance_type, market, count, lease))
-    if preview.hosts_fit is not None:
-        context["count_max"] = max(1, min(context["count_max"], preview.hosts_fit))
+    return _bounded(context)
+
+
+def _bounded(context: dict) -> dict:
+    """The Hosts input's bound: the portal's most hosts in one order, or fewer where the
+    quotas hold fewer (at least 1: a full quota is said by the refusal, not by the input)."""
+    fit = context["preview"].hosts_fit
+    most = settings.PORTAL_ORDER_MAX_COUNT
+    context["count_hint"] = f"Up to {most} in one order."
+    if fit is not None:
+        context["count_max"] = max(1, min(most, fit))
+        if fit < most:
+            room = f"room for {fit}" if fit else "no room left"
+            context["count_hint"] = f"Up to {most} in one order; the quota has {room} now."
     return context
 
 

@@ -159,7 +159,7 @@ def quota_headroom(request) -> list[Headroom]:
             label="Longest lease",
             left=f"{hours} h",
             over=request.lease_hours > hours,
-            note=f"set by {whose}",
+            note=f"set by {whose}" if hours < settings.PORTAL_LEASE_MAX_HOURS else "",
         )
     )
     return found

@@ -16,14 +16,14 @@
   function applyBounds() {
     const bounds = document.getElementById("order-bounds");
     if (!bounds) return;
-    const pairs = { count_max: "id_count", lease_max: "id_lease_hours" };
-    Object.keys(pairs).forEach(function (key) {
-      const value = bounds.dataset[key === "count_max" ? "countMax" : "leaseMax"];
-      const input = document.getElementById(pairs[key]);
-      if (input && value) input.max = value;
-      document.querySelectorAll("[data-bound='" + key + "']").forEach(function (node) {
-        node.textContent = value;
-      });
+    const count = document.getElementById("id_count");
+    const lease = document.getElementById("id_lease_hours");
+    const hint = document.getElementById("count-hint");
+    if (count && bounds.dataset.countMax) count.max = bounds.dataset.countMax;
+    if (lease && bounds.dataset.leaseMax) lease.max = bounds.dataset.leaseMax;
+    if (hint && bounds.dataset.countHint) hint.textContent = bounds.dataset.countHint;
+    document.querySelectorAll("[data-bound='lease_max']").forEach(function (node) {
+      node.textContent = bounds.dataset.leaseMax;
     });
   }
 

@@ -51,7 +51,9 @@ def test_quota_refusal_then_an_approved_order_provisions(
 
     researcher = as_user("alice")
     order(researcher, "p4d.24xlarge", 2)
-    expect(researcher.locator(".alert-error")).to_contain_text(
+    # Said at the Hosts field, which the page focuses.
+    expect(researcher.locator("#id_count")).to_be_focused()
+    expect(researcher.locator("#id_count-error")).to_contain_text(
         "Quota exceeded: vision-lab may run 8 GPUs; 0 are in use and this order asks for 16."
     )
     assert not Order.objects.exists()

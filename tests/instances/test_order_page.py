@@ -109,6 +109,7 @@ def test_the_limits_show_before_submit(page, projects, ada, fin, place_order, al
     assert "Budget left in" in body
     # A host count the quota cannot hold is the input's bound.
     assert 'data-count-max="3"' in body
+    assert "Up to 8 in one order; the quota has room for 3 now." in body
 
 
 def test_an_order_the_quota_refuses_says_so_before_submit(page, projects, ada):

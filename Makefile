@@ -40,8 +40,10 @@ run: install
 	$(PY) manage.py collectstatic --noinput --verbosity 0
 	$(PY) manage.py migrate --noinput --verbosity 0
 	$(PY) manage.py seed_demo
-	@# The banner process prints the URL and the logins once /health/ says all is up.
-	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/honcho --procfile Procfile --app-root . start
+	@# The banner process prints the URL and the logins once /health/ says all is up. Ctrl-C
+	@# (honcho's 130) is how the demo ends, not an error.
+	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/honcho --procfile Procfile --app-root . start \
+		|| [ $$? -eq 130 ]
 
 test: install
 	$(PY) -m pytest

@@ -8,6 +8,7 @@ from decimal import Decimal
 
 from django.conf import settings
 
+from demo.session import Session
 from instances import services
 from instances.catalog import list_prices
 from instances.models import InstanceType
@@ -51,8 +52,6 @@ def price_cut_apply(cut: tuple[str, Decimal, int]) -> None:
 
 def present_build(past, now: datetime) -> None:
     """Schedule the last hours of the history on ``past`` (demo.history.Past)."""
-    from demo.history import Session
-
     number = 100_000
     for hours, user, project, kind, market, count, lease in RUNNING_NOW:
         number += 1
@@ -89,8 +88,6 @@ def present_build(past, now: datetime) -> None:
 def training_run(past, now: datetime) -> None:
     """alice's p4d training run: the most hosts and the longest lease vision-lab's budget
     admits, approved by ada when it needs approval."""
-    from demo.history import Session
-
     for tried, (count, lease) in enumerate(TRAINING_RUN):
         session = Session(
             number=100_100 + tried,

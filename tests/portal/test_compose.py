@@ -71,6 +71,8 @@ def test_procfile_runs_web_worker_beat_and_the_banner():
     assert set(lines) == {"web", "worker", "beat", "banner"}
     for command in lines.values():
         words = command.split()
+        assert words[0] == "exec"  # the process itself gets honcho's SIGTERM, not a shell
+        words = words[1:]
         if words[0] == "python":
             assert words[2] in get_commands()
         else:

@@ -40,10 +40,10 @@ run: install
 	$(PY) manage.py collectstatic --noinput --verbosity 0
 	$(PY) manage.py migrate --noinput --verbosity 0
 	$(PY) manage.py seed_demo
-	@echo ""
-	@echo "  GPU Portal: http://127.0.0.1:$(PORTAL_PORT)/   (Ctrl-C stops web, worker and beat)"
-	@echo ""
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/honcho --procfile Procfile --app-root . start
+	@# The banner process prints the URL and the logins once /health/ says all is up. Ctrl-C
+	@# (honcho's 130) is how the demo ends, not an error.
+	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/honcho --procfile Procfile --app-root . start \
+		|| [ $$? -eq 130 ]
 
 test: install
 	$(PY) -m pytest

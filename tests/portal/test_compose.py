@@ -64,13 +64,15 @@ def test_service_environment_is_what_settings_read(service):
     assert SERVICES[service]["environment"]["CELERY_BROKER_URL"].startswith("redis://")
 
 
-def test_procfile_runs_web_worker_and_beat():
+def test_procfile_runs_web_worker_beat_and_the_banner():
     lines = dict(
         line.split(":", 1) for line in (ROOT / "Procfile").read_text().splitlines() if line
     )
-    assert set(lines) == {"web", "worker", "beat"}
+    assert set(lines) == {"web", "worker", "beat", "banner"}
     for command in lines.values():
         words = command.split()
+        assert words[0] == "exec"  # the process itself gets honcho's SIGTERM, not a shell
+        words = words[1:]
         if words[0] == "python":
             assert words[2] in get_commands()
         else:

@@ -1,18 +1,25 @@
-"""Seed the demo: the catalog, projects, people and their memberships. Safe to run twice."""
+"""Seed the demo: the catalog, projects, people and their memberships, and 60 days of history
+(demo/history.py). Safe to run twice: the second run changes nothing and says so."""
 
 from __future__ import annotations
+
+import time
 
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
+from django.utils import timezone
 
 from audit.services import audit_record_system
 from billing.budgets import budget_set
 from billing.models import Budget
 from billing.prices import spot_prices_refresh
-from portal.models import Membership, User
+from demo.history import DAYS, history_build, history_exists
+from instances.models import Image, InstanceType
+from portal.models import IdlePolicy, Membership, Project, Quota, User
 from portal.services import (
     approval_policy_set,
+    idle_policy_set,
     membership_set,
     project_upsert,
     quota_set,
@@ -44,13 +51,63 @@ DEMO_BUDGETS = {
 }
 
 
+# vision-lab's hosts are stopped after an hour below 5 % GPU (warned 10 minutes before).
+DEMO_IDLE_POLICY = {
+    "vision-lab": {"idle_minutes": 60, "warning_minutes": 10, "threshold_percent": 5}
+}
+
+
+def snapshot() -> tuple:
+    """What seeding may change, to tell a run that changed nothing."""
+    return (
+        sorted(User.objects.values_list("username", "role", "password", "is_active")),
+        sorted(Project.objects.values_list("slug", "name", "description")),
+        sorted(Membership.objects.values_list("project__slug", "user__username", "role")),
+        sorted(InstanceType.objects.values_list("name", "on_demand_price_per_hour", "is_active")),
+        sorted(Image.objects.values_list("name", "cuda_version")),
+        Quota.objects.count(),
+        sorted(Budget.objects.values_list("project__slug", "monthly_amount", "policy")),
+        IdlePolicy.objects.count(),
+    )
+
+
 class Command(BaseCommand):
-    help = "Create the demo catalog, projects and users (password: PORTAL_DEMO_PASSWORD)."
+    help = (
+        "Create the demo catalog, projects and users (password: PORTAL_DEMO_PASSWORD), and "
+        f"{DAYS} days of history on the simulated cloud."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--no-catalog", action="store_true", help="skip sync_catalog")
+        parser.add_argument(
+            "--no-history", action="store_true", help=f"skip the {DAYS} days of history"
+        )
 
     def handle(self, *args, **options):
+        before, played = snapshot(), False
+        wants_history = not options["no_history"] and not options["no_catalog"]
+        if wants_history and settings.PORTAL_PROVIDER != "simulated":
+            self.stdout.write("History: skipped (it is played on the simulated cloud only).")
+            wants_history = False
+        if wants_history and not history_exists():
+            began = time.monotonic()
+            self.stdout.write(f"History: playing {DAYS} days on the simulated cloud...")
+            stats = history_build(
+                now=timezone.now(), out=self.stdout.write, before=lambda: self.seed(options)
+            )
+            took = time.monotonic() - began
+            done = ", ".join(f"{count} {what}" for what, count in sorted(stats.items()))
+            self.stdout.write(f"History: {done} (in {took:.0f} s).")
+            played = True
+        else:
+            self.seed(options)
+            if wants_history:
+                self.stdout.write("History: unchanged (already played).")
+        if not played and snapshot() == before:
+            self.stdout.write("Demo: unchanged.")
+        self.logins()
+
+    def seed(self, options) -> None:
         if not options["no_catalog"]:
             call_command("sync_catalog", stdout=self.stdout, stderr=self.stderr)
             added = spot_prices_refresh()
@@ -81,6 +138,9 @@ class Command(BaseCommand):
                 quota_set(project=projects[slug], actor=admin, **limits)
         if not hasattr(projects["vision-lab"], "approval_policy"):
             approval_policy_set(project=projects["vision-lab"], actor=admin, gpus_above=8)
+        for slug, values in DEMO_IDLE_POLICY.items():
+            if not hasattr(projects[slug], "idle_policy"):
+                idle_policy_set(project=projects[slug], actor=admin, **values)
         for slug, (amount, policy) in DEMO_BUDGETS.items():
             if not Budget.objects.filter(project=projects[slug]).exists():
                 budget_set(
@@ -96,6 +156,8 @@ class Command(BaseCommand):
             f"Demo people: {len(PEOPLE)} ({len(created_users)} new); "
             f"projects: {', '.join(projects)}."
         )
+
+    def logins(self) -> None:
         self.stdout.write(f"\n  Demo logins (password: {settings.PORTAL_DEMO_PASSWORD})")
         for username, _, _, role, memberships in PEOPLE:
             where = ", ".join(f"{slug} {kind}" for slug, kind in memberships) or "all projects"

@@ -19,7 +19,7 @@ from instances.models import (
 )
 from instances.selectors import orders_to_decide
 from portal import permissions
-from portal.pages import forbidden, service_errors
+from portal.pages import forbidden, note_refusal, refusal_code, service_errors
 
 SORTS = [
     ("price", "Price per hour, low to high"),
@@ -119,7 +119,9 @@ def approval_decide(request: HttpRequest, pk, decision: str) -> HttpResponse:
         except ValidationError as error:
             if "reason" not in getattr(error, "error_dict", {}):
                 raise
-            # Said at the reason's field, on the inbox itself (nothing was decided).
+            # Said at the reason's field, on the inbox itself (nothing was decided); a refusal
+            # for the audit row like any other.
+            note_refusal(refusal_code(error))
             return _approvals_page(
                 request,
                 errors={order.pk: " ".join(error.message_dict["reason"])},

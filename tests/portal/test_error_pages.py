@@ -93,3 +93,12 @@ def test_the_api_docs_link_back_to_the_portal(alice):
     html = signed_in(alice).get("/api/v1/docs/").content.decode()
     assert "Back to the portal" in html
     assert 'href="/"' in html
+
+
+def test_the_browsable_api_carries_the_portals_name_and_icon(ada):
+    # Without its own icon link the browser asks /favicon.ico, a 404 in the console.
+    client = Client()
+    client.force_login(ada)
+    html = client.get("/api/v1/", HTTP_ACCEPT="text/html").content.decode()
+    assert 'rel="icon"' in html and "img/favicon" in html
+    assert "GPU Portal API" in html

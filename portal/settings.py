@@ -451,6 +451,7 @@ PORTAL_DASHBOARD_PANELS: list[str] = [
     "instances.panels.summary_panel",
     "instances.panels.quota_panel",
     "instances.panels.hosts_panel",
+    "instances.panels.pools_panel",
 ]
 # Days an order may wait for approval before it expires (a project's policy may say otherwise).
 PORTAL_APPROVAL_EXPIRY_DAYS = env_int("PORTAL_APPROVAL_EXPIRY_DAYS", 3)

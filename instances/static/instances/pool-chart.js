@@ -1,0 +1,73 @@
+// A pool page's chart: hosts running on-demand and on spot (stacked), desired, and the hosts
+// the project's quota allows, per autoscaler pass over the last 24 h, from the pool's chart
+// endpoint; redrawn every 30 s (Chart.js; no inline script: CSP).
+(function () {
+  function label(iso) {
+    return new Date(iso).toLocaleTimeString("en-GB", { hour: "2-digit", minute: "2-digit", timeZone: "UTC" });
+  }
+
+  function datasets(body) {
+    return [
+      { label: "Running on-demand", data: body.on_demand, borderColor: "#5b4bd8",
+        backgroundColor: "rgba(91,75,216,.35)", fill: "origin", stack: "running", stepped: true,
+        pointRadius: 0, borderWidth: 1 },
+      { label: "Running spot", data: body.spot, borderColor: "#19b784",
+        backgroundColor: "rgba(25,183,132,.35)", fill: "-1", stack: "running", stepped: true,
+        pointRadius: 0, borderWidth: 1 },
+      { label: "Desired", data: body.desired, borderColor: "#1f2a44", borderWidth: 2,
+        fill: false, stepped: true, pointRadius: 0, stack: "desired" },
+      { label: "Quota allows", data: body.quota, borderColor: "#d9534f", borderDash: [6, 4],
+        borderWidth: 1.5, fill: false, stepped: true, pointRadius: 0, spanGaps: false, stack: "quota" },
+    ];
+  }
+
+  function start() {
+    const canvas = document.getElementById("pool-chart");
+    if (!canvas || typeof Chart === "undefined") return;
+    const empty = document.getElementById("pool-chart-empty");
+    let chart = null;
+
+    async function refresh() {
+      const answer = await fetch(canvas.dataset.url, { headers: { Accept: "application/json" } });
+      if (!answer.ok) return;
+      const body = await answer.json();
+      const labels = body.at.map(label);
+      if (empty) empty.hidden = labels.length > 0;
+      canvas.hidden = labels.length === 0;
+      const top = Math.max(body.max_size, ...body.desired, ...body.quota.filter((v) => v !== null).map((v) => Math.min(v, body.max_size + 2)));
+      if (chart) {
+        chart.data.labels = labels;
+        datasets(body).forEach((set, index) => { chart.data.datasets[index].data = set.data; });
+        chart.options.scales.y.suggestedMax = top + 1;
+        chart.update("none");
+        return;
+      }
+      chart = new Chart(canvas, {
+        type: "line",
+        data: { labels: labels, datasets: datasets(body) },
+        options: {
+          responsive: true,
+          maintainAspectRatio: false,
+          animation: false,
+          interaction: { mode: "index", intersect: false },
+          scales: {
+            x: { grid: { display: false }, ticks: { maxTicksLimit: 12, maxRotation: 0 } },
+            y: { stacked: true, beginAtZero: true, suggestedMax: top + 1, grid: { color: "#eef1f6" },
+                 ticks: { precision: 0 }, title: { display: true, text: "hosts" } },
+          },
+          plugins: { legend: { position: "top", align: "end", labels: { boxWidth: 12, usePointStyle: true } } },
+        },
+      });
+      canvas.dataset.ready = "true";
+    }
+
+    refresh();
+    setInterval(refresh, 30000);
+  }
+
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", start);
+  } else {
+    start();
+  }
+})();

@@ -9,6 +9,7 @@ from django.conf import settings
 from instances.models import Image, InstanceType, InterruptionPolicy
 from portal import permissions
 
+
 def _sizes(form: forms.Form, *, required: bool = True) -> None:
     top = settings.PORTAL_POOL_MAX_SIZE
     for name in ("min_size", "desired", "max_size", "on_demand_base"):

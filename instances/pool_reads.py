@@ -55,9 +55,7 @@ def pools_overview(user) -> list[dict]:
 
 def chart_series(pool: Pool, *, now: datetime, hours: int = CHART_HOURS) -> dict:
     """The pool's samples of the last ``hours``, as lists for the chart (oldest first)."""
-    rows = PoolSample.objects.filter(pool=pool, at__gte=now - timedelta(hours=hours)).order_by(
-        "at"
-    )
+    rows = PoolSample.objects.filter(pool=pool, at__gte=now - timedelta(hours=hours)).order_by("at")
     points = list(
         rows.values_list("at", "desired", "running_on_demand", "running_spot", "quota_hosts")
     )

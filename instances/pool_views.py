@@ -15,7 +15,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from instances import services
-from instances.models import Image, Instance, InstanceType, Market, Pool
+from instances.models import Image, Instance, InstanceType, InterruptionPolicy, Market, Pool
 from instances.pool_forms import DesiredForm, PoolForm, PoolSizesForm, ScheduleForm
 from instances.pool_reads import chart_series, host_counts, pools_overview, with_last_event
 from instances.services.orders import OrderRequest
@@ -65,8 +65,9 @@ def _preview(user, data) -> dict:
         on_demand, spot = mix(count, base, spot_percent if kind.spot_offered else 0)
         price = services.order_estimate
         return (
-            price(instance_type=kind, market=Market.ON_DEMAND, count=on_demand, lease_hours=1)
-            .per_hour
+            price(
+                instance_type=kind, market=Market.ON_DEMAND, count=on_demand, lease_hours=1
+            ).per_hour
             + price(instance_type=kind, market=Market.SPOT, count=spot, lease_hours=1).per_hour
         )
 
@@ -212,6 +213,9 @@ def _pool_context(request: HttpRequest, pool: Pool, **forms) -> dict:
     return {
         "p": pool,
         "n": host_counts([pool.pk])[pool.pk],
+        "policy_label": dict(InterruptionPolicy.choices).get(
+            pool.interruption_policy, pool.interruption_policy
+        ),
         "hosts": hosts,
         "schedules": schedules,
         "events": list(pool.events.all()[:EVENTS_SHOWN]),
@@ -301,9 +305,7 @@ def pool_remove(request: HttpRequest, pk) -> HttpResponse:
     if isinstance(pool, HttpResponse):
         return pool
     services.pool_delete(pool=pool, user=request.user)
-    messages.success(
-        request, f"Pool {pool.name} is being deleted: its hosts are terminating."
-    )
+    messages.success(request, f"Pool {pool.name} is being deleted: its hosts are terminating.")
     return redirect("pools")
 
 
@@ -332,7 +334,9 @@ def schedule_edit(request: HttpRequest, pk, sid: int) -> HttpResponse:
     form = ScheduleForm(request.POST, auto_id=f"id_s{sid}_%s")
     if form.is_valid():
         with form_errors(form):
-            row = services.schedule_update(schedule=schedule, user=request.user, **form.cleaned_data)
+            row = services.schedule_update(
+                schedule=schedule, user=request.user, **form.cleaned_data
+            )
             messages.success(request, f"Schedule changed: {services.schedule_words(row)}.")
             return redirect(reverse("pool", args=[pool.pk]) + "#schedule")
     return _refused(request, pool, f"edit_{sid}", form)

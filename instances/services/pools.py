@@ -166,6 +166,7 @@ def pool_create(
         raise Conflict(
             f"{project.slug} already has a pool named {name}; pick another name.",
             code="name_taken",
+            field="name",
         ) from None
     return pool
 

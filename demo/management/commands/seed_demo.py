@@ -10,6 +10,7 @@ from audit.services import audit_record_system
 from billing.budgets import budget_set
 from billing.models import Budget
 from billing.prices import spot_prices_refresh
+from demo.pools import seed_demo_pool
 from portal.models import Membership, User
 from portal.services import (
     approval_policy_set,
@@ -86,6 +87,7 @@ class Command(BaseCommand):
                 budget_set(
                     project=projects[slug], actor=admin, monthly_amount=amount, policy=policy
                 )
+        self.stdout.write(seed_demo_pool())
         audit_record_system(
             name="seed_demo",
             kind="command",

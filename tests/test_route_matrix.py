@@ -18,6 +18,7 @@ from django.test import Client
 from django.urls import URLResolver, get_resolver, reverse
 
 from audit.models import AuditEvent
+from instances import services
 from portal.services import approval_policy_set, idle_policy_set, quota_set, token_issue
 from tests.conftest import ED25519, PASSWORD
 
@@ -63,6 +64,20 @@ EXPECTED: dict[tuple[str, str], tuple[int, ...]] = {
     ("reconciliation", "POST"): (403, 403, 403, 400, 400, 302),
     # No bill has been imported in this world: nothing to export yet (tests/billing has the 200).
     ("reconciliation-csv", "GET"): (403, 403, 403, 404, 404, 302),
+    # Pool pages: members of the pool's project read it; its creator, managers, admins change it.
+    ("pools", "GET"): (200, 200, 200, 200, 200, 302),
+    ("pool-new", "GET"): (200, 200, 200, 200, 403, 302),
+    ("pool-new", "POST"): (400, 400, 400, 400, 403, 302),
+    ("pool-preview", "GET"): (200, 200, 200, 200, 200, 302),
+    ("pool", "GET"): (200, 200, 404, 200, 200, 302),
+    ("pool-panel", "GET"): (200, 200, 404, 200, 200, 302),
+    ("pool-chart", "GET"): (200, 200, 404, 200, 200, 302),
+    ("pool-desired", "POST"): (302, 403, 404, 302, 403, 302),
+    ("pool-edit", "POST"): (302, 403, 404, 302, 403, 302),
+    ("pool-delete", "POST"): (302, 403, 404, 302, 403, 302),
+    ("pool-schedule-add", "POST"): (302, 403, 404, 302, 403, 302),
+    ("pool-schedule-edit", "POST"): (302, 403, 404, 302, 403, 302),
+    ("pool-schedule-delete", "POST"): (302, 403, 404, 302, 403, 302),
     # --- API ---
     ("api-root", "GET"): (200, 200, 200, 200, 200, 401),
     ("api-schema", "GET"): (200, 200, 200, 200, 200, 401),
@@ -164,6 +179,13 @@ PAGE_METHODS = {
     "tokens": ["GET", "POST"],
     "budgets": ["GET", "POST"],
     "reconciliation": ["GET", "POST"],
+    "pool-new": ["GET", "POST"],
+    "pool-desired": ["POST"],
+    "pool-edit": ["POST"],
+    "pool-delete": ["POST"],
+    "pool-schedule-add": ["POST"],
+    "pool-schedule-edit": ["POST"],
+    "pool-schedule-delete": ["POST"],
 }
 
 
@@ -219,7 +241,20 @@ def world(catalog, alice, bob, carol, ada, fin, projects, running_host, place_or
     quota = quota_set(project=vision, actor=ada, max_gpus=100)
     token, _ = token_issue(user=alice, name="laptop")
     ada_row = AuditEvent.objects.order_by("seq").first()
+    pool = services.pool_create(
+        user=alice,
+        project=vision,
+        name="matrix",
+        instance_type=host.instance_type,
+        image=host.image,
+        ssh_public_key=ED25519,
+        max_size=2,
+        desired=1,
+    )
+    schedule = services.schedule_create(pool=pool, user=alice, cron="0 9 * * *", desired=2)
     return {
+        "pool": pool,
+        "schedule": schedule,
         "users": {"alice": alice, "bob": bob, "carol": carol, "ada": ada, "fin": fin},
         "host": host,
         "spot": spot,
@@ -267,6 +302,22 @@ def _request(world, name: str, method: str) -> tuple[str, dict]:
         "quota-detail": {"pk": world["quota"].pk},
         "token-detail": {"pk": world["token"].pk},
         "budget-detail": {"slug": "vision-lab"},
+        **{
+            route: {"pk": world["pool"].pk}
+            for route in (
+                "pool",
+                "pool-panel",
+                "pool-chart",
+                "pool-desired",
+                "pool-edit",
+                "pool-delete",
+                "pool-schedule-add",
+            )
+        },
+        **{
+            route: {"pk": world["pool"].pk, "sid": world["schedule"].pk}
+            for route in ("pool-schedule-edit", "pool-schedule-delete")
+        },
     }.get(name, {})
     path = reverse(name, kwargs=kwargs)
     query = {"order-estimate": "?instance_type=g5.xlarge"}.get(name, "")
@@ -301,6 +352,17 @@ def _request(world, name: str, method: str) -> tuple[str, dict]:
         ("instance-metrics", "POST"): {
             "readings": [{"at": "2026-11-17T10:00:00Z", "utilization": 5, "memory_used_mib": 1}]
         },
+        ("pool-desired", "POST"): {"desired": "2"},
+        ("pool-edit", "POST"): {
+            "min_size": "0",
+            "desired": "1",
+            "max_size": "2",
+            "on_demand_base": "1",
+            "spot_percent": "0",
+            "interruption_policy": "notify",
+        },
+        ("pool-schedule-add", "POST"): {"cron": "0 21 * * *", "timezone": "UTC", "desired": "0"},
+        ("pool-schedule-edit", "POST"): {"cron": "0 8 * * 1-5", "timezone": "UTC", "desired": "1"},
         ("policy-save", "POST"): {
             "policy-vision-lab-gpus_above": "4",
             "policy-vision-lab-expire_after_days": "3",

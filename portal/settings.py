@@ -299,6 +299,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "InstanceStatusEnum": "instances.models.Instance.Status",
         "OrderStatusEnum": "instances.models.Order.Status",
+        "PoolStatusEnum": "instances.pools.Pool.Status",
     },
 }
 

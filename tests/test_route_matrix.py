@@ -19,6 +19,7 @@ from django.urls import URLResolver, get_resolver, reverse
 
 from audit.models import AuditEvent
 from instances import services
+from instances.models import Image
 from portal.services import approval_policy_set, idle_policy_set, quota_set, token_issue
 from tests.conftest import ED25519, PASSWORD
 
@@ -122,6 +123,18 @@ EXPECTED: dict[tuple[str, str], tuple[int, ...]] = {
     ("token-list", "GET"): (200, 200, 200, 200, 200, 401),
     ("token-list", "POST"): (201, 201, 201, 201, 201, 201),
     ("token-detail", "DELETE"): (204, 404, 404, 404, 404, 401),
+    # alice's pool in vision-lab: members read it, its creator, managers and admins change it.
+    ("pool-list", "GET"): (200, 200, 200, 200, 200, 401),
+    ("pool-list", "POST"): (201, 201, 400, 201, 403, 401),
+    ("pool-detail", "GET"): (200, 200, 404, 200, 200, 401),
+    ("pool-detail", "PATCH"): (200, 403, 404, 200, 403, 401),
+    ("pool-detail", "DELETE"): (202, 403, 404, 202, 403, 401),
+    ("pool-events", "GET"): (200, 200, 404, 200, 200, 401),
+    ("pool-schedules", "GET"): (200, 200, 404, 200, 200, 401),
+    ("pool-schedules", "POST"): (201, 403, 404, 201, 403, 401),
+    ("pool-schedule-detail", "GET"): (200, 200, 404, 200, 200, 401),
+    ("pool-schedule-detail", "PATCH"): (200, 403, 404, 200, 403, 401),
+    ("pool-schedule-detail", "DELETE"): (204, 403, 404, 204, 403, 401),
 }
 
 # Who may act is answered before what the object allows. Each row: (route name[:verb], which of
@@ -240,21 +253,19 @@ def world(catalog, alice, bob, carol, ada, fin, projects, running_host, place_or
     pending = place_order(alice, count=3)
     quota = quota_set(project=vision, actor=ada, max_gpus=100)
     token, _ = token_issue(user=alice, name="laptop")
-    ada_row = AuditEvent.objects.order_by("seq").first()
     pool = services.pool_create(
         user=alice,
         project=vision,
         name="matrix",
-        instance_type=host.instance_type,
-        image=host.image,
+        instance_type=catalog["g5.xlarge"],
+        image=Image.objects.get(name="tf-2.17-cuda12.3"),
         ssh_public_key=ED25519,
-        max_size=2,
         desired=1,
+        max_size=2,
     )
-    schedule = services.schedule_create(pool=pool, user=alice, cron="0 9 * * *", desired=2)
+    schedule = services.schedule_create(pool=pool, user=alice, cron="0 21 * * *", desired=0)
+    ada_row = AuditEvent.objects.order_by("seq").first()
     return {
-        "pool": pool,
-        "schedule": schedule,
         "users": {"alice": alice, "bob": bob, "carol": carol, "ada": ada, "fin": fin},
         "host": host,
         "spot": spot,
@@ -263,6 +274,8 @@ def world(catalog, alice, bob, carol, ada, fin, projects, running_host, place_or
         "quota": quota,
         "token": token,
         "event": ada_row,
+        "pool": pool,
+        "schedule": schedule,
     }
 
 
@@ -318,6 +331,10 @@ def _request(world, name: str, method: str) -> tuple[str, dict]:
             route: {"pk": world["pool"].pk, "sid": world["schedule"].pk}
             for route in ("pool-schedule-edit", "pool-schedule-delete")
         },
+        "pool-detail": {"pk": world["pool"].pk},
+        "pool-events": {"pk": world["pool"].pk},
+        "pool-schedules": {"pk": world["pool"].pk},
+        "pool-schedule-detail": {"pk": world["pool"].pk, "sid": world["schedule"].pk},
     }.get(name, {})
     path = reverse(name, kwargs=kwargs)
     query = {"order-estimate": "?instance_type=g5.xlarge"}.get(name, "")
@@ -331,6 +348,19 @@ def _request(world, name: str, method: str) -> tuple[str, dict]:
             "ssh_public_key": ED25519,
         },
         ("order-reject", "POST"): {"reason": "not this month"},
+        ("pool-list", "POST"): {
+            "project": "vision-lab",
+            "name": "matrix-2",
+            "instance_type": "g5.xlarge",
+            "image": "tf-2.17-cuda12.3",
+            "ssh_public_key": ED25519,
+            "desired": 1,
+            "max_size": 2,
+        },
+        ("pool-detail", "PATCH"): {"desired": 2},
+        ("pool-schedules", "POST"): {"cron": "0 9 * * 1-5", "timezone": "Asia/Shanghai"}
+        | {"desired": 2},
+        ("pool-schedule-detail", "PATCH"): {"desired": 1},
         ("instance-extend", "POST"): {"hours": 2},
         ("host-extend", "POST"): {"hours": "2"},
         ("quota-list", "POST"): {"project": "nlp-lab", "max_gpus": 4},

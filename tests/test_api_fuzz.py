@@ -313,6 +313,8 @@ def _real_report_query(query: dict, world: World, who: str) -> None:
         query["project"] = _pick(world.projects[who], query["project"])
     if query.get("user"):
         query["user"] = _pick(world.users[who], query["user"])
+    if query.get("pool"):
+        query["pool"] = world.path_values["/api/v1/pools/"][0]  # a pool both may see
     # A report runs forwards, from the 1st of this month and to today unless told.
     today = timezone.now().date()
     start = date.fromisoformat(query["start"]) if query.get("start") else today.replace(day=1)

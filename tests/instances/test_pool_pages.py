@@ -311,3 +311,25 @@ class _Sink:
 
     def flush(self):
         pass
+
+
+def test_the_pools_page_costs_the_same_queries_for_one_pool_or_eight(client, alice, make_pool):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    make_pool(name="p0")
+    services.autoscale()
+    client.force_login(alice)
+    client.get(reverse("pools"))  # warm the session and caches
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as seen:
+            assert client.get(reverse("pools")).status_code == 200
+        return len(seen)
+
+    one = queries()
+    for n in range(1, 8):
+        make_pool(name=f"p{n}", desired=1)
+    services.autoscale()
+    assert queries() == one, f"{one} queries for one pool"
+    print(f"pools page: {one} queries for 1 pool and for 8")

@@ -325,3 +325,20 @@ def test_a_pool_waiting_for_approval_may_change_desired_but_not_raise_its_max(
     with pytest.raises(Conflict) as refused:
         services.pool_update(pool=pool, user=alice, max_size=7)
     assert refused.value.code == "awaiting_approval"
+
+
+def test_a_warned_spot_host_of_a_pool_is_replaced_by_the_next_pass(make_pool, clock, settings):
+    from instances.providers.simulated import SimulatedProvider
+
+    settings.PORTAL_SPOT_EVENTS_QUEUE_URL = ""
+    pool = make_pool(desired=1, spot_percent=100, interruption_policy="relaunch_spot")
+    services.autoscale()
+    (host,) = provision_all()
+    SimulatedProvider().warn(host.cloud_id)
+    services.spot_events_drain()
+    host.refresh_from_db()
+    assert host.spot_warning_at is not None
+    assert "Its pool launches a replacement" in host.events.last().reason
+    assert len(services.autoscale().launched) == 1  # the warned host counts as leaving
+    assert services.autoscale().launched == []  # once
+    assert len(alive(pool, market=SPOT)) == 2

@@ -303,7 +303,13 @@ def _real_pool_body(path: str, method: str, body: dict, world: World, who: str) 
         body["cron"] = "0 9 * * 1-5"
     if method == "POST" or "timezone" in body:
         body["timezone"] = _pick(["UTC", "Asia/Shanghai", "Europe/Berlin"], body.get("timezone"))
-    if numbers or method == "POST":
+    # A schedule keeps at least one size (its only one set to null answers 400).
+    if (
+        numbers
+        or method == "POST"
+        or any(name in body for name in ("min_size", "max_size"))
+        or ("desired" in body)
+    ):
         value = min(numbers[0] if numbers else 2, 4)
         body.update(min_size=None, max_size=None, desired=value)
 

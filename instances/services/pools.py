@@ -218,6 +218,13 @@ def pool_update(*, pool: Pool, user: User, **changes) -> Pool:
                 "interruption_policy accepts notify, relaunch_spot or fallback_on_demand.",
                 "invalid_choice",
             )
+        if values["spot_percent"] and not row.instance_type.spot_offered:
+            refuse(
+                errors,
+                "spot_percent",
+                f"Spot is not offered for {row.instance_type.name}; keep spot_percent at 0.",
+                "spot_not_offered",
+            )
         if errors:
             raise ValidationError(errors)
         said = []
@@ -242,11 +249,11 @@ def pool_update(*, pool: Pool, user: User, **changes) -> Pool:
                 values["min_size"] = min(values["min_size"], row.max_size)
             else:
                 row.approved_max = new_max
-        elif new_max > row.approved_max:
+        elif row.status == Pool.Status.AWAITING_APPROVAL and new_max > row.max_size:
             # Still waiting for its first approval: the held order is for the max asked then.
             raise Conflict(
-                f"This pool waits for approval of {row.approved_max or row.max_size} hosts at "
-                "most; raise max_size once it is approved.",
+                f"This pool waits for approval of {row.max_size} hosts at most; raise max_size "
+                "once it is approved.",
                 code="awaiting_approval",
             )
         old_desired = row.desired

@@ -17,7 +17,12 @@ from portal.services import quota_set
 from tests.conftest import ED25519
 from tests.workers import Worker, purge_queues, wait_for
 
-pytestmark = [pytest.mark.redis, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.redis,
+    pytest.mark.postgres,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.real_clock,
+]
 S = Instance.Status
 ENV = {
     "PORTAL_AUTOSCALE_SECONDS": "1",
@@ -87,7 +92,9 @@ def test_a_worker_killed_at_random_points_in_20_scale_outs_never_leaves_more_tha
         services.pool_set_desired(pool=pool, user=alice, desired=trial + 1)
         purge_queues() if trial == 0 else None
         worker = Worker(beat=True, **ENV).start()
-        pause = rng.uniform(0.0, 2.5)
+        # Beat starts with the worker and sends a pass within about two seconds: kills land
+        # before, during and after the pass and the launches it sends.
+        pause = rng.uniform(1.5, 4.0)
         time.sleep(pause)
         worker.kill()
         kills.append((trial + 1, round(pause, 2), _live(pool)))

@@ -12,7 +12,7 @@ from django.core.exceptions import ValidationError
 from instances import services
 from instances.models import Instance, InstanceType, Order, Pool, PoolEvent
 from instances.services.pool_plan import Host, mix, plan
-from portal.errors import Forbidden
+from portal.errors import Conflict, Forbidden
 from portal.models import ApprovalPolicy, Notice
 from portal.services import quota_set
 from tests.instances.pool_helpers import alive, provision_all, settle_terminations
@@ -314,3 +314,31 @@ def test_deleting_a_pool_ends_its_hosts_then_the_pool(make_pool, alice, clock):
     assert alive(pool) == []
     # The name is free again.
     assert make_pool(desired=0).name == "trainers"
+
+
+def test_a_pool_waiting_for_approval_may_change_desired_but_not_raise_its_max(
+    make_pool, projects, alice
+):
+    ApprovalPolicy.objects.create(project=projects["vision-lab"], gpus_above=4)
+    pool = make_pool(desired=2, max_size=6)
+    assert services.pool_set_desired(pool=pool, user=alice, desired=3).desired == 3
+    with pytest.raises(Conflict) as refused:
+        services.pool_update(pool=pool, user=alice, max_size=7)
+    assert refused.value.code == "awaiting_approval"
+
+
+def test_a_warned_spot_host_of_a_pool_is_replaced_by_the_next_pass(make_pool, clock, settings):
+    from instances.providers.simulated import SimulatedProvider
+
+    settings.PORTAL_SPOT_EVENTS_QUEUE_URL = ""
+    pool = make_pool(desired=1, spot_percent=100, interruption_policy="relaunch_spot")
+    services.autoscale()
+    (host,) = provision_all()
+    SimulatedProvider().warn(host.cloud_id)
+    services.spot_events_drain()
+    host.refresh_from_db()
+    assert host.spot_warning_at is not None
+    assert "Its pool launches a replacement" in host.events.last().reason
+    assert len(services.autoscale().launched) == 1  # the warned host counts as leaving
+    assert services.autoscale().launched == []  # once
+    assert len(alive(pool, market=SPOT)) == 2

@@ -25,7 +25,7 @@ from billing.models import Budget, BudgetAlert, DailyRollup
 from billing.money import SECONDS_PER_HOUR, dollars, micros
 from instances.limits import Headroom
 from instances.models import Instance, Market
-from instances.services import instance_system_stop
+from instances.services import instance_system_stop, pools_budget_stop
 from portal import permissions
 from portal.errors import Conflict, Forbidden
 from portal.models import Project, User
@@ -463,6 +463,12 @@ def budgets_check(*, now: datetime | None = None) -> BudgetCheckReport:
                     )
                     report.alerts += [f"{budget.project.slug}:{basis}:{t}" for t in new]
             if stop:
+                # Pools first, or their autoscaler would replace the hosts stopped below.
+                pools_budget_stop(
+                    project=budget.project,
+                    reason=f"the {budget.project.slug} budget for {status.month:%B %Y} is "
+                    "spent (policy: stop running hosts)",
+                )
                 running = Instance.objects.filter(
                     project=budget.project, status=Instance.Status.RUNNING
                 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import date, timedelta
 
 from django import forms
@@ -12,7 +13,7 @@ from django.utils import timezone
 from billing.budgets import BUDGET_MIN, BUDGET_MIN_MESSAGE
 from billing.models import Budget, DailyRollup
 from billing.reports import FIRST_DAY, GRANULARITIES, GROUPS, LAST_DAY, ReportQuery
-from instances.models import InstanceType, Market
+from instances.models import InstanceType, Market, Pool
 from portal import permissions
 from portal.models import Membership, Project, User
 
@@ -54,6 +55,7 @@ class ReportForm(forms.Form):
     instance_type = forms.CharField(required=False, help_text="An instance type's name")
     gpu_model = forms.CharField(required=False)
     market = forms.ChoiceField(choices=[("", "both"), *Market.choices], required=False)
+    pool = forms.CharField(required=False, help_text="A pool's id")
 
     def __init__(self, *args, viewer, **kwargs):
         super().__init__(*args, **kwargs)
@@ -94,6 +96,20 @@ class ReportForm(forms.Form):
         if kind is None:
             raise forms.ValidationError(f"{name} is not an instance type.", code="unknown")
         return kind
+
+    def clean_pool(self):
+        given = self.cleaned_data["pool"].strip()
+        if not given:
+            return None
+        try:
+            pool = Pool.objects.for_user(self.viewer).filter(pk=uuid.UUID(given)).first()
+        except ValueError:
+            pool = None
+        if pool is None:
+            raise forms.ValidationError(
+                f"{given[:40]} is not the id of a pool you can see.", code="unknown"
+            )
+        return pool
 
     def clean(self):
         data = super().clean()
@@ -143,6 +159,7 @@ class ReportForm(forms.Form):
             instance_type=data.get("instance_type"),
             gpu_model=(data.get("gpu_model") or "").strip(),
             market=data.get("market") or "",
+            pool=data.get("pool"),
         )
 
 

@@ -106,6 +106,9 @@ class Usage(models.Model):
     )
     gpu_model = models.CharField(max_length=32)
     market = models.CharField(max_length=16, choices=Market.choices)
+    # The id of the pool the host belonged to ("" for an ordinary order's host), for costs by
+    # pool: text, not a foreign key, so "no pool" is a value every database keys on alike.
+    pool_key = models.CharField(max_length=36, blank=True, default="")
     rule = models.CharField(max_length=40, help_text="The billing rule that priced the run")
     seconds = models.PositiveIntegerField(help_text="Seconds the host ran in this piece")
     billed_seconds = models.PositiveIntegerField(help_text="Seconds charged (minimum, waivers)")
@@ -191,6 +194,7 @@ class DailyRollup(models.Model):
     )
     gpu_model = models.CharField(max_length=32)
     market = models.CharField(max_length=16, choices=Market.choices)
+    pool_key = models.CharField(max_length=36, blank=True, default="")
     seconds = models.BigIntegerField()
     billed_seconds = models.BigIntegerField()
     gpu_seconds = models.BigIntegerField()
@@ -207,8 +211,17 @@ class DailyRollup(models.Model):
         constraints = [
             # gpu_model too: a type whose GPU model is renamed starts new rows (deltas are
             # keyed the same way, so a rename can never make two deltas hit one row).
+            # The pool too, for costs by pool.
             models.UniqueConstraint(
-                fields=["day", "project", "user", "instance_type", "gpu_model", "market"],
+                fields=[
+                    "day",
+                    "project",
+                    "user",
+                    "instance_type",
+                    "gpu_model",
+                    "market",
+                    "pool_key",
+                ],
                 name="rollup_unique_key",
             )
         ]
@@ -239,6 +252,7 @@ class RollupDelta(models.Model):
     )
     gpu_model = models.CharField(max_length=32)
     market = models.CharField(max_length=16, choices=Market.choices)
+    pool_key = models.CharField(max_length=36, blank=True, default="")
     seconds = models.BigIntegerField()
     billed_seconds = models.BigIntegerField()
     gpu_seconds = models.BigIntegerField()

@@ -36,7 +36,7 @@ from billing.money import (
     gpu_hours_to_decimal,
     round_half_up,
 )
-from instances.models import InstanceType, Market
+from instances.models import InstanceType, Market, Pool
 from portal.models import Project, User
 
 GROUPS = {
@@ -45,6 +45,7 @@ GROUPS = {
     "instance_type": "Instance type",
     "gpu_model": "GPU model",
     "market": "Market",
+    "pool": "Pool",
 }
 GRANULARITIES = {"day": "Day", "week": "Week", "month": "Month"}
 # The days a report may cover. Beyond them the calendar arithmetic (the week or month after the
@@ -57,6 +58,7 @@ _GROUP_FIELD = {
     "instance_type": "instance_type_id",
     "gpu_model": "gpu_model",
     "market": "market",
+    "pool": "pool_key",
 }
 
 
@@ -73,6 +75,7 @@ class ReportQuery:
     instance_type: InstanceType | None = None
     gpu_model: str = ""
     market: str = ""
+    pool: Pool | None = None
 
 
 @dataclass
@@ -250,6 +253,8 @@ def rollups_for(viewer, query: ReportQuery):
         rows = rows.filter(gpu_model=query.gpu_model)
     if query.market:
         rows = rows.filter(market=query.market)
+    if query.pool is not None:
+        rows = rows.filter(pool_key=str(query.pool.pk))
     return rows
 
 
@@ -263,6 +268,10 @@ def _labels(group_by: str, keys) -> dict:
         return dict(InstanceType.objects.filter(pk__in=keys).values_list("pk", "name"))
     if group_by == "market":
         return {key: Market(key).label for key in keys}
+    if group_by == "pool":
+        pools = Pool.objects.filter(pk__in=[key for key in keys if key]).select_related("project")
+        named = {str(pool.pk): f"{pool.project.slug}/{pool.name}" for pool in pools}
+        return {key: named.get(key, "no pool") if key else "no pool" for key in keys}
     return {key: key for key in keys}
 
 

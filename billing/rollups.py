@@ -1,4 +1,5 @@
-"""The daily rollups: usage rows summed by day, project, user, type and market for reports.
+"""The daily rollups: usage rows summed by day, project, user, type, market and pool for
+reports.
 
 Metering writes a delta for every usage row it adds, changes or removes (RollupDeltas, in the
 same transaction); a refresh adds the pending deltas to the rollup rows; a rebuild recomputes
@@ -16,7 +17,15 @@ from audit.services import audit_record_system
 from billing.models import DailyRollup, RollupDelta, Usage
 
 # A rollup row's key and the sums it keeps, in the order RollupDelta and DailyRollup have them.
-_ROLLUP_KEY = ("day", "project_id", "user_id", "instance_type_id", "gpu_model", "market")
+_ROLLUP_KEY = (
+    "day",
+    "project_id",
+    "user_id",
+    "instance_type_id",
+    "gpu_model",
+    "market",
+    "pool_key",
+)
 _ROLLUP_SUMS = ("seconds", "billed_seconds", "gpu_seconds", "cost_rs", "list_cost_rs")
 
 
@@ -47,14 +56,14 @@ class RollupDeltas:
 
 
 _ROLLUP_COLUMNS = (
-    "day, project_id, user_id, instance_type_id, gpu_model, market, "
+    "day, project_id, user_id, instance_type_id, gpu_model, market, pool_key, "
     "seconds, billed_seconds, gpu_seconds, cost_rs, list_cost_rs, pieces"
 )
 _ROLLUP_SELECT = (
-    "SELECT day, project_id, user_id, instance_type_id, gpu_model, market, "
+    "SELECT day, project_id, user_id, instance_type_id, gpu_model, market, pool_key, "
     "SUM(seconds), SUM(billed_seconds), SUM(gpu_seconds), SUM(cost_rs), SUM(list_cost_rs), "
     "COUNT(*) FROM {usage} {where} "
-    "GROUP BY day, project_id, user_id, instance_type_id, gpu_model, market"
+    "GROUP BY day, project_id, user_id, instance_type_id, gpu_model, market, pool_key"
 )
 
 
@@ -71,8 +80,9 @@ def _rollups_add(sums: dict[tuple, list[int]]) -> None:
     the first time its key is seen), then drop rows left with no usage."""
     table = DailyRollup._meta.db_table
     columns = [*_ROLLUP_KEY, *_ROLLUP_SUMS, "pieces"]
-    adds = ", ".join(f"{name} = {table}.{name} + excluded.{name}" for name in columns[6:])
-    more = ", ".join(f"{name} = {name} + %s" for name in columns[6:])
+    sums_at = len(_ROLLUP_KEY)
+    adds = ", ".join(f"{name} = {table}.{name} + excluded.{name}" for name in columns[sums_at:])
+    more = ", ".join(f"{name} = {name} + %s" for name in columns[sums_at:])
     # A key that lost usage rows has a negative piece count, which an INSERT may not carry
     # even when it ends in the update (pieces >= 0 is checked first): those are updated alone.
     rows = sorted((key, delta) for key, delta in sums.items() if delta[-1] >= 0)

@@ -20,7 +20,7 @@ from billing.models import Budget, BudgetAlert, CurImport, CurResult
 from billing.money import dollars
 from billing.reports import GRANULARITIES, GROUPS, cost_report, last_metered_at
 from billing.rules import rates_in_words, rules_in_words
-from instances.models import InstanceType, Market
+from instances.models import InstanceType, Market, Pool
 from portal import permissions
 from portal.models import Membership, Project
 from portal.pages import forbidden, form_errors, service_errors
@@ -49,6 +49,10 @@ def costs(request: HttpRequest) -> HttpResponse:
         "instance_types": InstanceType.objects.order_by("name").values_list("name", flat=True),
         "gpu_models": sorted(set(InstanceType.objects.values_list("gpu_model", flat=True))),
         "markets": Market.choices,
+        "pools": Pool.objects.for_user(user)
+        .select_related("project")
+        .order_by("project__slug", "name"),
+        "pool_filter": form.data.get("pool", ""),
         "can_reconcile": permissions.can_reconcile(user),
         "range_start": form.data.get("start", ""),
         "range_end": form.data.get("end", ""),

@@ -25,9 +25,6 @@ RUNNING_NOW = [
 TRAINING_RUN = [(2, 72), (1, 72), (1, 24), (1, 8)]  # p4d.24xlarge hosts, lease hours
 WAITING = (0.4, "bob", "vision-lab", "p5.48xlarge", "spot", 2, 24)
 
-# Pools (issue 12): the demo's pool is added here, as one more step of present_build, so the
-# pool's scaling shows in the last days of the history.
-
 
 def price_cut_prepare(cut: tuple[str, Decimal, int]) -> None:
     """Before the history: the type's older, higher list price (the one in force at its first

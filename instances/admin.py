@@ -4,6 +4,7 @@ from django.contrib import admin
 
 from instances import services
 from instances.models import Image, InstanceType
+from instances.pools import Pool, PoolEvent, PoolSchedule
 
 
 @admin.register(InstanceType)
@@ -43,3 +44,53 @@ class ImageAdmin(admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change):
         services.image_save(image=obj)
+
+
+class _ReadOnly(admin.ModelAdmin):
+    """Pools change through their services (approval, quotas, events); the admin only reads."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+class PoolScheduleInline(admin.TabularInline):
+    model = PoolSchedule
+    extra = 0
+    fields = ["cron", "timezone", "min_size", "max_size", "desired", "enabled", "last_run_at"]
+    readonly_fields = fields
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Pool)
+class PoolAdmin(_ReadOnly):
+    list_display = [
+        "name",
+        "project",
+        "instance_type",
+        "status",
+        "min_size",
+        "desired",
+        "max_size",
+        "on_demand_base",
+        "spot_percent",
+        "target_gpu_utilization",
+    ]
+    list_filter = ["status", "project"]
+    search_fields = ["name", "project__slug"]
+    inlines = [PoolScheduleInline]
+
+
+@admin.register(PoolEvent)
+class PoolEventAdmin(_ReadOnly):
+    list_display = ["at", "pool", "kind", "message", "old_desired", "new_desired", "actor"]
+    list_filter = ["kind"]
+    search_fields = ["pool__name", "message"]

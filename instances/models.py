@@ -213,6 +213,10 @@ class Order(models.Model):
     # Where the order's hosts keep their checkpoints (s3://... or file://...), fixed when the
     # order is placed and handed unchanged to every replacement so the work resumes.
     checkpoint_uri = models.CharField(max_length=500, blank=True)
+    # An order a pool placed (creating it, or raising its max): deciding it decides the pool's.
+    pool = models.ForeignKey(
+        "instances.Pool", null=True, blank=True, on_delete=models.PROTECT, related_name="orders"
+    )
     request_fingerprint = models.CharField(max_length=64, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -314,6 +318,10 @@ class Instance(models.Model):
     # The cloud's interruption warning: when it came and when the cloud will take the host.
     spot_warning_at = models.DateTimeField(null=True, blank=True)
     spot_interruption_at = models.DateTimeField(null=True, blank=True)
+    # The pool that launched this host and keeps its count (None: ordered by hand).
+    pool = models.ForeignKey(
+        "instances.Pool", null=True, blank=True, on_delete=models.PROTECT, related_name="hosts"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = InstanceQuerySet.as_manager()
@@ -478,8 +486,9 @@ class InstanceEvent(models.Model):
         return f"{self.instance_id}: {self.old_status or '∅'} → {self.new_status} at {self.at}"
 
 
-# Lease warnings, the simulated cloud's state and GPU telemetry's tables live in their own
-# modules; importing them here registers them.
+# Lease warnings, the simulated cloud's state, GPU telemetry's and pools' tables live in their
+# own modules; importing them here registers them.
 from instances.gpu import GpuHourlyReading, GpuReading, HostAgentCredential  # noqa: E402, F401
 from instances.lease_notices import LeaseNotice  # noqa: E402, F401
+from instances.pools import Pool, PoolEvent, PoolSample, PoolSchedule  # noqa: E402, F401
 from instances.simulated_hosts import SimulatedHost  # noqa: E402, F401

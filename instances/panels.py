@@ -1,5 +1,6 @@
 """The dashboard panels the instances app adds (PORTAL_DASHBOARD_PANELS): what the viewer's
-hosts and orders are doing, and each project's quota bars against the hosts counted here.
+hosts, orders and pools are doing, and each project's quota bars against the hosts counted
+here.
 
 Each panel is built for all the viewer's projects at once, in a fixed number of queries.
 """
@@ -12,6 +13,7 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from instances.models import Instance, Order
+from instances.pool_reads import pools_overview
 from instances.quotas import usage_of
 from instances.selectors import orders_to_decide
 from portal import permissions
@@ -131,3 +133,9 @@ def operations_panel(user: User, projects: list[Project]) -> Panel | None:
             "failed": failed,
         },
     )
+
+
+def pools_panel(user: User, projects: list[Project]) -> Panel:
+    """Beside the cards: each live pool the viewer sees, its state and hosts against desired."""
+    rows = pools_overview(user)[:8]
+    return Panel(template="instances/_dashboard_pools.html", place="aside", context={"rows": rows})

@@ -178,3 +178,18 @@ def stop_idle_hosts() -> int:
 def drain_spot_events() -> int:
     """Hear the cloud's spot interruption warnings (SQS queue, or the simulated cloud)."""
     return services.spot_events_drain()
+
+
+@shared_task
+def autoscale() -> int:
+    """One autoscaler pass over every pool (beat, PORTAL_AUTOSCALE_SECONDS)."""
+    report = services.autoscale()
+    if report.launched or report.ended or report.refused:
+        log.info(
+            "autoscale: %s pools, launched %s, ended %s, refused %s",
+            report.pools,
+            len(report.launched),
+            len(report.ended),
+            len(report.refused),
+        )
+    return len(report.launched)

@@ -177,6 +177,25 @@ def can_revoke_token(user, token) -> bool:
     return _signed_in(user) and (token.user_id == user.pk or is_admin(user))
 
 
+# --- pools ----------------------------------------------------------------------------------
+
+
+def can_create_pool(user, project) -> bool:
+    """A pool is a standing order: whoever may order in the project may create one."""
+    return can_order_in(user, project)
+
+
+def can_change_pool(user, pool, managed: set[int] | None = None) -> bool:
+    """Its creator, the project's managers and admins resize, reschedule or delete a pool;
+    other members read it. Pass ``managed`` when checking many pools."""
+    if not can_order(user):
+        return False
+    if is_admin(user) or pool.created_by_id == user.pk:
+        return True
+    managed = managed_project_ids(user) if managed is None else managed
+    return pool.project_id in managed
+
+
 # --- deciding held orders -------------------------------------------------------------------
 
 

@@ -302,6 +302,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "InstanceStatusEnum": "instances.models.Instance.Status",
         "OrderStatusEnum": "instances.models.Order.Status",
+        "PoolStatusEnum": "instances.pools.Pool.Status",
     },
 }
 
@@ -389,6 +390,10 @@ CELERY_BEAT_SCHEDULE = {
     "refresh-spot-prices": {
         "task": "billing.tasks.refresh_spot_prices",
         "schedule": env_int("PORTAL_SPOT_PRICE_REFRESH_SECONDS", 300),
+    },
+    "autoscale-pools": {
+        "task": "instances.tasks.autoscale",
+        "schedule": env_int("PORTAL_AUTOSCALE_SECONDS", 60),
     },
 }
 
@@ -481,6 +486,7 @@ PORTAL_DASHBOARD_PANELS: list[str] = [
     "instances.panels.summary_panel",
     "instances.panels.quota_panel",
     "instances.panels.hosts_panel",
+    "instances.panels.pools_panel",
 ]
 # Days an order may wait for approval before it expires (a project's policy may say otherwise).
 PORTAL_APPROVAL_EXPIRY_DAYS = env_int("PORTAL_APPROVAL_EXPIRY_DAYS", 3)
@@ -513,6 +519,16 @@ PORTAL_SPOT_EVENTS_SECONDS = env_int("PORTAL_SPOT_EVENTS_SECONDS", 10)
 PORTAL_SPOT_WARNING_LEAD_SECONDS = env_int("PORTAL_SPOT_WARNING_LEAD_SECONDS", 120)
 # Most replacement hosts one order may launch (relaunch_spot, fallback_on_demand).
 PORTAL_SPOT_MAX_REPLACEMENTS = env_int("PORTAL_SPOT_MAX_REPLACEMENTS", 3)
+# Pools (instances/services/pools.py, autoscaler.py): the largest max_size, the autoscaler's
+# beat period, the backoff of a refused scale-out (doubling from the first figure up to the
+# second), how long a market and type without capacity is left alone, and how long the
+# per-pass samples behind the pool chart are kept.
+PORTAL_POOL_MAX_SIZE = env_int("PORTAL_POOL_MAX_SIZE", 64)
+PORTAL_AUTOSCALE_SECONDS = env_int("PORTAL_AUTOSCALE_SECONDS", 60)
+PORTAL_POOL_BACKOFF_SECONDS = env_int("PORTAL_POOL_BACKOFF_SECONDS", 60)
+PORTAL_POOL_BACKOFF_MAX_SECONDS = env_int("PORTAL_POOL_BACKOFF_MAX_SECONDS", 900)
+PORTAL_POOL_CAPACITY_HOLD_SECONDS = env_int("PORTAL_POOL_CAPACITY_HOLD_SECONDS", 300)
+PORTAL_POOL_SAMPLE_RETENTION_DAYS = env_int("PORTAL_POOL_SAMPLE_RETENTION_DAYS", 14)
 # Checkpoints: an S3 prefix under which each order gets <project>/<order>/ (s3://bucket/prefix);
 # empty on the simulated cloud means a local folder under PORTAL_CHECKPOINT_LOCAL_DIR.
 PORTAL_CHECKPOINT_S3_PREFIX = env_str("PORTAL_CHECKPOINT_S3_PREFIX")

@@ -7,7 +7,13 @@ from rest_framework.routers import DefaultRouter
 
 from audit.api import AuditEventViewSet
 from billing.api import BudgetViewSet, CostViewSet
-from instances.api import ImageViewSet, InstanceTypeViewSet, InstanceViewSet, OrderViewSet
+from instances.api import (
+    ImageViewSet,
+    InstanceTypeViewSet,
+    InstanceViewSet,
+    OrderViewSet,
+    PoolViewSet,
+)
 from instances.api.telemetry import InstanceMetricsView
 from portal import metrics_http
 from portal.api import ProjectViewSet, QuotaViewSet, TokenViewSet
@@ -34,6 +40,7 @@ router.register("projects", ProjectViewSet, basename="project")
 router.register("audit/events", AuditEventViewSet, basename="audit-event")
 router.register("orders", OrderViewSet, basename="order")
 router.register("instances", InstanceViewSet, basename="instance")
+router.register("pools", PoolViewSet, basename="pool")
 router.register("quotas", QuotaViewSet, basename="quota")
 router.register("auth/tokens", TokenViewSet, basename="token")
 router.register("costs", CostViewSet, basename="cost")

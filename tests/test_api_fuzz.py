@@ -71,6 +71,7 @@ class World:
     gpu_models: list[str]
     # Real values of the path parameter, by the operation's path prefix.
     path_values: dict[str, list[str]] = field(default_factory=dict)
+    schedule_ids: list[str] = field(default_factory=list)
 
 
 @pytest.fixture
@@ -87,6 +88,19 @@ def world(running_host, place_order, alice, bob, carol, ada, fin, projects, cata
     budget_set(project=projects["vision-lab"], actor=ada, monthly_amount="5000.00")
     quota = quota_set(project=projects["vision-lab"], actor=ada, max_gpus=32)
     tokens = {user.username: token_issue(user=user, name="fuzz")[1] for user in (ada, alice)}
+    from instances import services
+
+    pool = services.pool_create(
+        user=alice,
+        project=projects["vision-lab"],
+        name="fuzz",
+        instance_type=catalog["g5.xlarge"],
+        image=Image.objects.get(name="tf-2.17-cuda12.3"),
+        ssh_public_key=ED25519,
+        desired=1,
+        max_size=4,
+    )
+    schedule = services.schedule_create(pool=pool, user=alice, cron="0 21 * * *", desired=0)
     token_ids = ApiToken.objects.values_list("pk", flat=True)
     offered = InstanceType.objects.offered()
     pairs = [
@@ -102,7 +116,9 @@ def world(running_host, place_order, alice, bob, carol, ada, fin, projects, cata
         pairs=pairs,
         spot_types=set(offered.filter(spot_offered=True).values_list("name", flat=True)),
         gpu_models=sorted(set(offered.values_list("gpu_model", flat=True))),
+        schedule_ids=[str(schedule.pk)],
         path_values={
+            "/api/v1/pools/": [str(pool.pk)],
             "/api/v1/instances/": [str(host.pk)],
             "/api/v1/orders/": [str(host.order_id), str(waiting.pk)],
             "/api/v1/quotas/": [str(quota.pk)],
@@ -188,7 +204,7 @@ def give_real_references(case, world: World, who: str) -> None:
     for name, value in (case.path_parameters or {}).items():
         # Most examples hit a real object, the others a drawn one (which answers 404).
         if real and zlib.crc32(repr(value).encode()) % 4:
-            case.path_parameters[name] = _pick(real, value)
+            case.path_parameters[name] = _pick(world.schedule_ids if name == "sid" else real, value)
     query = case.query if isinstance(case.query, dict) else None
     body = case.body if isinstance(case.body, dict) else None
     if path == "/api/v1/orders/" and method == "POST" and body is not None:
@@ -205,6 +221,8 @@ def give_real_references(case, world: World, who: str) -> None:
         body.pop("max_spot_price", None)
         if body.get("market") != "spot":
             body.pop("interruption_policy", None)
+    elif path.startswith("/api/v1/pools/") and body is not None:
+        _real_pool_body(path, method, body, world, who)
     elif path.endswith("/metrics/") and method == "POST" and body is not None:
         from instances.models import Instance
         from instances.services.telemetry import agent_secret
@@ -253,11 +271,56 @@ def give_real_references(case, world: World, who: str) -> None:
             _real_report_query(query, world, who)
 
 
+def _real_pool_body(path: str, method: str, body: dict, world: World, who: str) -> None:
+    """A pool names real things and keeps min <= desired <= max (and a schedule stays within
+    the pool's approved max of 4); the schema says only that each is a number."""
+    sizes = [body.get(name) for name in ("min_size", "desired", "max_size")]
+    numbers = sorted(v for v in sizes if isinstance(v, int))
+    if "/schedules/" not in path:
+        if path == "/api/v1/pools/" and method == "POST":
+            kind, image = _pick(world.pairs, body.get("instance_type"))
+            body.update(
+                project=_pick(world.projects[who], body.get("project")),
+                name=f"fuzz-{zlib.crc32(repr(body).encode()) % 10_000}",
+                instance_type=kind,
+                image=image,
+                ssh_public_key=ED25519,
+                fallback_instance_types=[],
+            )
+            if kind not in world.spot_types:
+                body["spot_percent"] = 0
+            numbers = numbers or [1]
+        elif body.get("spot_percent"):
+            body["spot_percent"] = 0  # the world pool's g5.xlarge: keep the market as it is
+        if numbers or "on_demand_base" in body:
+            high = max(1, min(numbers[-1] if numbers else 1, 8))
+            low = min(numbers[0] if numbers else 0, high)
+            body.update(min_size=low, desired=low, max_size=high)
+            if "on_demand_base" in body:
+                body["on_demand_base"] = min(body["on_demand_base"], high)
+        return
+    if method == "POST" or "cron" in body:
+        body["cron"] = "0 9 * * 1-5"
+    if method == "POST" or "timezone" in body:
+        body["timezone"] = _pick(["UTC", "Asia/Shanghai", "Europe/Berlin"], body.get("timezone"))
+    # A schedule keeps at least one size (its only one set to null answers 400).
+    if (
+        numbers
+        or method == "POST"
+        or any(name in body for name in ("min_size", "max_size"))
+        or ("desired" in body)
+    ):
+        value = min(numbers[0] if numbers else 2, 4)
+        body.update(min_size=None, max_size=None, desired=value)
+
+
 def _real_report_query(query: dict, world: World, who: str) -> None:
     if query.get("project"):
         query["project"] = _pick(world.projects[who], query["project"])
     if query.get("user"):
         query["user"] = _pick(world.users[who], query["user"])
+    if query.get("pool"):
+        query["pool"] = world.path_values["/api/v1/pools/"][0]  # a pool both may see
     # A report runs forwards, from the 1st of this month and to today unless told.
     today = timezone.now().date()
     start = date.fromisoformat(query["start"]) if query.get("start") else today.replace(day=1)

@@ -18,6 +18,8 @@ from django.test import Client
 from django.urls import URLResolver, get_resolver, reverse
 
 from audit.models import AuditEvent
+from instances import services
+from instances.models import Image
 from portal.services import approval_policy_set, idle_policy_set, quota_set, token_issue
 from tests.conftest import ED25519, PASSWORD
 
@@ -65,6 +67,20 @@ EXPECTED: dict[tuple[str, str], tuple[int, ...]] = {
     ("reconciliation", "POST"): (403, 403, 403, 400, 400, 302),
     # No bill has been imported in this world: nothing to export yet (tests/billing has the 200).
     ("reconciliation-csv", "GET"): (403, 403, 403, 404, 404, 302),
+    # Pool pages: members of the pool's project read it; its creator, managers, admins change it.
+    ("pools", "GET"): (200, 200, 200, 200, 200, 302),
+    ("pool-new", "GET"): (200, 200, 200, 200, 403, 302),
+    ("pool-new", "POST"): (400, 400, 400, 400, 403, 302),
+    ("pool-preview", "GET"): (200, 200, 200, 200, 200, 302),
+    ("pool", "GET"): (200, 200, 404, 200, 200, 302),
+    ("pool-panel", "GET"): (200, 200, 404, 200, 200, 302),
+    ("pool-chart", "GET"): (200, 200, 404, 200, 200, 302),
+    ("pool-desired", "POST"): (302, 403, 404, 302, 403, 302),
+    ("pool-edit", "POST"): (302, 403, 404, 302, 403, 302),
+    ("pool-delete", "POST"): (302, 403, 404, 302, 403, 302),
+    ("pool-schedule-add", "POST"): (302, 403, 404, 302, 403, 302),
+    ("pool-schedule-edit", "POST"): (302, 403, 404, 302, 403, 302),
+    ("pool-schedule-delete", "POST"): (302, 403, 404, 302, 403, 302),
     # --- API ---
     ("api-root", "GET"): (200, 200, 200, 200, 200, 401),
     ("api-schema", "GET"): (200, 200, 200, 200, 200, 401),
@@ -109,6 +125,18 @@ EXPECTED: dict[tuple[str, str], tuple[int, ...]] = {
     ("token-list", "GET"): (200, 200, 200, 200, 200, 401),
     ("token-list", "POST"): (201, 201, 201, 201, 201, 201),
     ("token-detail", "DELETE"): (204, 404, 404, 404, 404, 401),
+    # alice's pool in vision-lab: members read it, its creator, managers and admins change it.
+    ("pool-list", "GET"): (200, 200, 200, 200, 200, 401),
+    ("pool-list", "POST"): (201, 201, 400, 201, 403, 401),
+    ("pool-detail", "GET"): (200, 200, 404, 200, 200, 401),
+    ("pool-detail", "PATCH"): (200, 403, 404, 200, 403, 401),
+    ("pool-detail", "DELETE"): (202, 403, 404, 202, 403, 401),
+    ("pool-events", "GET"): (200, 200, 404, 200, 200, 401),
+    ("pool-schedules", "GET"): (200, 200, 404, 200, 200, 401),
+    ("pool-schedules", "POST"): (201, 403, 404, 201, 403, 401),
+    ("pool-schedule-detail", "GET"): (200, 200, 404, 200, 200, 401),
+    ("pool-schedule-detail", "PATCH"): (200, 403, 404, 200, 403, 401),
+    ("pool-schedule-detail", "DELETE"): (204, 403, 404, 204, 403, 401),
 }
 
 # Who may act is answered before what the object allows. Each row: (route name[:verb], which of
@@ -167,6 +195,13 @@ PAGE_METHODS = {
     "tokens": ["GET", "POST"],
     "budgets": ["GET", "POST"],
     "reconciliation": ["GET", "POST"],
+    "pool-new": ["GET", "POST"],
+    "pool-desired": ["POST"],
+    "pool-edit": ["POST"],
+    "pool-delete": ["POST"],
+    "pool-schedule-add": ["POST"],
+    "pool-schedule-edit": ["POST"],
+    "pool-schedule-delete": ["POST"],
 }
 
 
@@ -221,6 +256,17 @@ def world(catalog, alice, bob, carol, ada, fin, projects, running_host, place_or
     pending = place_order(alice, count=3)
     quota = quota_set(project=vision, actor=ada, max_gpus=100)
     token, _ = token_issue(user=alice, name="laptop")
+    pool = services.pool_create(
+        user=alice,
+        project=vision,
+        name="matrix",
+        instance_type=catalog["g5.xlarge"],
+        image=Image.objects.get(name="tf-2.17-cuda12.3"),
+        ssh_public_key=ED25519,
+        desired=1,
+        max_size=2,
+    )
+    schedule = services.schedule_create(pool=pool, user=alice, cron="0 21 * * *", desired=0)
     ada_row = AuditEvent.objects.order_by("seq").first()
     return {
         "users": {"alice": alice, "bob": bob, "carol": carol, "ada": ada, "fin": fin},
@@ -231,6 +277,8 @@ def world(catalog, alice, bob, carol, ada, fin, projects, running_host, place_or
         "quota": quota,
         "token": token,
         "event": ada_row,
+        "pool": pool,
+        "schedule": schedule,
     }
 
 
@@ -270,6 +318,26 @@ def _request(world, name: str, method: str) -> tuple[str, dict]:
         "quota-detail": {"pk": world["quota"].pk},
         "token-detail": {"pk": world["token"].pk},
         "budget-detail": {"slug": "vision-lab"},
+        **{
+            route: {"pk": world["pool"].pk}
+            for route in (
+                "pool",
+                "pool-panel",
+                "pool-chart",
+                "pool-desired",
+                "pool-edit",
+                "pool-delete",
+                "pool-schedule-add",
+            )
+        },
+        **{
+            route: {"pk": world["pool"].pk, "sid": world["schedule"].pk}
+            for route in ("pool-schedule-edit", "pool-schedule-delete")
+        },
+        "pool-detail": {"pk": world["pool"].pk},
+        "pool-events": {"pk": world["pool"].pk},
+        "pool-schedules": {"pk": world["pool"].pk},
+        "pool-schedule-detail": {"pk": world["pool"].pk, "sid": world["schedule"].pk},
     }.get(name, {})
     path = reverse(name, kwargs=kwargs)
     query = {"order-estimate": "?instance_type=g5.xlarge"}.get(name, "")
@@ -283,6 +351,19 @@ def _request(world, name: str, method: str) -> tuple[str, dict]:
             "ssh_public_key": ED25519,
         },
         ("order-reject", "POST"): {"reason": "not this month"},
+        ("pool-list", "POST"): {
+            "project": "vision-lab",
+            "name": "matrix-2",
+            "instance_type": "g5.xlarge",
+            "image": "tf-2.17-cuda12.3",
+            "ssh_public_key": ED25519,
+            "desired": 1,
+            "max_size": 2,
+        },
+        ("pool-detail", "PATCH"): {"desired": 2},
+        ("pool-schedules", "POST"): {"cron": "0 9 * * 1-5", "timezone": "Asia/Shanghai"}
+        | {"desired": 2},
+        ("pool-schedule-detail", "PATCH"): {"desired": 1},
         ("instance-extend", "POST"): {"hours": 2},
         ("host-extend", "POST"): {"hours": "2"},
         ("hosts-bulk", "POST"): {"host": str(host.pk), "action": "terminate"},
@@ -305,6 +386,17 @@ def _request(world, name: str, method: str) -> tuple[str, dict]:
         ("instance-metrics", "POST"): {
             "readings": [{"at": "2026-11-17T10:00:00Z", "utilization": 5, "memory_used_mib": 1}]
         },
+        ("pool-desired", "POST"): {"desired": "2"},
+        ("pool-edit", "POST"): {
+            "min_size": "0",
+            "desired": "1",
+            "max_size": "2",
+            "on_demand_base": "1",
+            "spot_percent": "0",
+            "interruption_policy": "notify",
+        },
+        ("pool-schedule-add", "POST"): {"cron": "0 21 * * *", "timezone": "UTC", "desired": "0"},
+        ("pool-schedule-edit", "POST"): {"cron": "0 8 * * 1-5", "timezone": "UTC", "desired": "1"},
         ("policy-save", "POST"): {
             "policy-vision-lab-gpus_above": "4",
             "policy-vision-lab-expire_after_days": "3",

@@ -37,12 +37,15 @@ DAY_PATTERN = (
 REPORT_PARAMETERS = [
     _day("start", "First UTC day (default: the 1st of this month)"),
     _day("end", "Last UTC day, included (default: today); not before start"),
-    _choice("group_by", GROUPS, "Lines per project (default), user, type, GPU model or market"),
+    _choice(
+        "group_by", GROUPS, "Lines per project (default), user, type, GPU model, market or pool"
+    ),
     _choice("granularity", GRANULARITIES, f"Periods; day covers at most {MAX_DAYS_BY_DAY} days"),
     _text("project", "Only this project (slug)"),
     _text("user", "Only this user (one whose costs you may see)"),
     _text("instance_type", "Only this instance type"),
     _text("gpu_model", "Only this GPU model"),
     _choice("market", Market.values, "Only on-demand or only spot"),
+    _text("pool", "Only this pool's hosts (its id)"),
     _choice("format", ["json", "csv"], "csv streams the report as CSV"),
 ]

@@ -12,6 +12,8 @@ one module per concern:
 - telemetry: GPU readings in (simulated cloud, host agents), kept per minute then per hour
 - idle: the idle stop, its warning and Keep running
 - recovery: spot interruption warnings, replacement hosts by the order's policy
+- pools, pool_checks, pool_schedules: pools (through the approval policy), their schedules
+- autoscaler, pool_plan: the beat pass that sizes every pool and launches or ends its hosts
 - queue: sending tasks once a transaction commits
 
 Reads live in instances/selectors.py; who may do what in portal/permissions.py.
@@ -33,6 +35,7 @@ from instances.services.approvals import (
     order_require_decider,
     orders_expire,
 )
+from instances.services.autoscaler import AutoscaleReport, autoscale
 from instances.services.catalog import (
     SyncReport,
     image_save,
@@ -69,6 +72,7 @@ from instances.services.leases import (
 from instances.services.orders import (
     Estimate,
     OrderRequest,
+    admission_refusal,
     approval_needed,
     approvers_ask,
     instance_create,
@@ -79,6 +83,23 @@ from instances.services.orders import (
     order_request_of,
     order_submit,
     order_validate,
+)
+from instances.services.pool_schedules import (
+    schedule_create,
+    schedule_delete,
+    schedule_next_runs,
+    schedule_update,
+    schedule_words,
+)
+from instances.services.pools import (
+    hosts_end,
+    pool_capacity_refused,
+    pool_create,
+    pool_delete,
+    pool_order_decided,
+    pool_set_desired,
+    pool_update,
+    pools_budget_stop,
 )
 from instances.services.queue import (
     enqueue,
@@ -120,6 +141,7 @@ __all__ = [
     "FAILURE_ADVICE",
     "GAVE_UP",
     "REENQUEUED",
+    "AutoscaleReport",
     "Estimate",
     "IdleReport",
     "IllegalTransition",
@@ -130,14 +152,17 @@ __all__ = [
     "ReconcileReport",
     "SyncReport",
     "actor_of",
+    "admission_refusal",
     "agent_authenticate",
     "agent_credential_issue",
     "approval_needed",
     "approvers_ask",
     "audit_change",
+    "autoscale",
     "enqueue",
     "failure_reason",
     "host_interrupted",
+    "hosts_end",
     "idle_check",
     "image_save",
     "image_upsert",
@@ -180,10 +205,22 @@ __all__ = [
     "order_transition",
     "order_validate",
     "orders_expire",
+    "pool_capacity_refused",
+    "pool_create",
+    "pool_delete",
+    "pool_order_decided",
+    "pool_set_desired",
+    "pool_update",
+    "pools_budget_stop",
     "reading_problem",
     "readings_ingest",
     "reconcile",
     "replacement_start",
+    "schedule_create",
+    "schedule_delete",
+    "schedule_next_runs",
+    "schedule_update",
+    "schedule_words",
     "spot_capacity_refused",
     "spot_events_drain",
     "spot_warning_receive",

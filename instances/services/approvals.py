@@ -14,6 +14,7 @@ from instances.models import (
     Order,
 )
 from instances.services.orders import order_admit, order_instances_create, order_request_of
+from instances.services.pools import pool_order_decided
 from instances.services.transitions import IllegalTransition, actor_of, order_transition
 from portal import permissions
 from portal.errors import Conflict, Forbidden
@@ -49,7 +50,9 @@ def order_approve(*, order: Order, user: User, reason: str = "") -> Order:
     order_require_decider(order=order, user=user)
     with transaction.atomic():
         order = _lock_undecided(order)
-        order_admit(order_request_of(order))
+        if not order.pool_id:
+            # A pool's hosts are admitted one launch at a time, when the pool grows.
+            order_admit(order_request_of(order))
         order, _ = order_transition(
             order=order,
             to=Order.Status.APPROVED,
@@ -59,11 +62,19 @@ def order_approve(*, order: Order, user: User, reason: str = "") -> Order:
         Order.objects.filter(pk=order.pk).update(
             decided_by=user, decided_at=timezone.now(), decision_reason=reason[:500]
         )
-        order_instances_create(order)
+        if order.pool_id:
+            pool_order_decided(order=order, approved=True, actor=actor_of(user), reason=reason)
+        else:
+            order_instances_create(order)
         notice_send(
             user=order.requester,
             subject=f"Approved: {order.count}× {order.instance_type.name} for {order.project.slug}",
-            body=f"{user.username} approved your order; its hosts are being provisioned."
+            body=f"{user.username} approved your order; "
+            + (
+                "the pool launches its hosts on its next pass."
+                if order.pool_id
+                else "its hosts are being provisioned."
+            )
             + (f" Note: {reason}" if reason else ""),
             link="/hosts/",
         )
@@ -83,6 +94,8 @@ def order_reject(*, order: Order, user: User, reason: str) -> Order:
         order, _ = order_transition(
             order=order, to=Order.Status.REJECTED, reason=reason, actor=actor_of(user)
         )
+        if order.pool_id:
+            pool_order_decided(order=order, approved=False, actor=actor_of(user), reason=reason)
         Order.objects.filter(pk=order.pk).update(
             decided_by=user, decided_at=timezone.now(), decision_reason=reason[:500]
         )
@@ -109,6 +122,8 @@ def order_cancel(*, order: Order, user: User, reason: str = "") -> Order:
         order, _ = order_transition(
             order=order, to=Order.Status.CANCELLED, reason=said, actor=actor_of(user)
         )
+        if order.pool_id:
+            pool_order_decided(order=order, approved=False, actor=actor_of(user), reason=said)
         Order.objects.filter(pk=order.pk).update(
             decided_by=user, decided_at=timezone.now(), decision_reason=reason[:500]
         )
@@ -150,6 +165,13 @@ def orders_expire(*, now: datetime | None = None) -> list[str]:
                 continue  # decided meanwhile
             if not changed:
                 continue  # another pass expired it first and told the requester
+            if order.pool_id:
+                pool_order_decided(
+                    order=order,
+                    approved=False,
+                    actor="system:expire",
+                    reason=f"nobody decided within {days} days",
+                )
             notice_send(
                 user=order.requester,
                 subject=f"Expired: {order.count}× {order.instance_type.name} for "

@@ -82,8 +82,9 @@ def _check_project(policy: IdlePolicy, now: datetime, report: IdleReport) -> Non
     idle_for = warn_after_minutes(policy)
     window_start = now - idle_for * MINUTE
     fresh_after = now - settings.PORTAL_TELEMETRY_FRESH_MINUTES * MINUTE
+    # A pool's hosts are not stopped one by one: its target tracking scales in idle ones.
     hosts = Instance.objects.filter(
-        project_id=policy.project_id, status=Instance.Status.RUNNING
+        project_id=policy.project_id, status=Instance.Status.RUNNING, pool__isnull=True
     ).exclude(idle_snoozed_until__gt=now)
     since_warning = Q(minute__gte=F("instance__idle_warned_at") - MINUTE)
     stats = (

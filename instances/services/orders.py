@@ -299,35 +299,10 @@ def order_submit(*, idempotency_key: str | None = None, **fields) -> tuple[Order
     try:
         with transaction.atomic():
             order_admit(request)
-            approval = approval_needed(request)
-            order = Order.objects.create(
-                requester=request.requester,
-                project=request.project,
-                instance_type=request.instance_type,
-                image=request.image,
-                market=request.market,
-                count=request.count,
-                lease_hours=request.lease_hours,
-                region=request.region,
-                ssh_public_key=request.ssh_public_key,
-                ssh_key_fingerprint=request.ssh_key_fingerprint,
-                max_spot_price=request.max_spot_price,
-                interruption_policy=request.interruption_policy,
-                quoted_price_per_hour=request.estimate.price_per_host_hour,
-                status=Order.Status.PENDING_APPROVAL if approval else Order.Status.PLACED,
-                approval_reason=approval or "",
-                idempotency_key=idempotency_key or "",
-                request_fingerprint=fingerprint,
+            order, approval = order_record(
+                request, idempotency_key=idempotency_key or "", request_fingerprint=fingerprint
             )
-            OrderEvent.objects.create(
-                order=order,
-                new_status=order.status,
-                reason=approval or "no approval needed",
-                actor=actor_of(request.requester),
-            )
-            if approval:
-                approvers_ask(order)
-            else:
+            if not approval:
                 order_instances_create(order)
             order_counted("held" if approval else "admitted")
     except IntegrityError:
@@ -341,20 +316,66 @@ def order_submit(*, idempotency_key: str | None = None, **fields) -> tuple[Order
     return order, True
 
 
+def order_record(
+    request: OrderRequest, *, reason: str = "no approval needed", **fields
+) -> tuple[Order, str | None]:
+    """Write the order ``request`` describes (``fields``: its idempotency key, its pool...),
+    placed or held as the project's approval policy says, with its first event; the approvers
+    hear of a held one. Returns (order, why it needs approval or None)."""
+    approval = approval_needed(request)
+    order = Order.objects.create(
+        requester=request.requester,
+        project=request.project,
+        instance_type=request.instance_type,
+        image=request.image,
+        market=request.market,
+        count=request.count,
+        lease_hours=request.lease_hours,
+        region=request.region,
+        ssh_public_key=request.ssh_public_key,
+        ssh_key_fingerprint=request.ssh_key_fingerprint,
+        max_spot_price=request.max_spot_price,
+        interruption_policy=request.interruption_policy,
+        quoted_price_per_hour=request.estimate.price_per_host_hour,
+        status=Order.Status.PENDING_APPROVAL if approval else Order.Status.PLACED,
+        approval_reason=approval or "",
+        **fields,
+    )
+    OrderEvent.objects.create(
+        order=order,
+        new_status=order.status,
+        reason=approval or reason,
+        actor=actor_of(request.requester),
+    )
+    if approval:
+        approvers_ask(order)
+    return order, approval
+
+
 # Admission refusals by their error code, for the orders-by-outcome metric.
 REFUSALS = {"quota_exceeded": "refused_quota", "budget_exceeded": "refused_budget"}
 
 
 def order_admit(request: OrderRequest) -> None:
     """Run every admission check while holding the project's row lock (until commit)."""
+    refusal = admission_refusal(request)
+    if refusal is not None:
+        # Counted at once: the refusal rolls the transaction back.
+        ORDERS.labels(REFUSALS.get(refusal.code, "refused_other")).inc()
+        raise refusal
+
+
+def admission_refusal(request: OrderRequest) -> Conflict | None:
+    """The first admission check (ORDER_ADMISSION_CHECKS) that refuses ``request``, or None;
+    takes the project's row lock, held until the caller's transaction ends. A pool asks it to
+    find how many of its missing hosts fit."""
     Project.objects.select_for_update().get(pk=request.project.pk)
     for path in settings.ORDER_ADMISSION_CHECKS:
         try:
             import_string(path)(request)
         except Conflict as refusal:
-            # Counted at once: the refusal rolls the transaction back.
-            ORDERS.labels(REFUSALS.get(refusal.code, "refused_other")).inc()
-            raise
+            return refusal
+    return None
 
 
 def approval_needed(request: OrderRequest) -> str | None:

@@ -32,6 +32,7 @@ from instances.services.orders import (
     order_estimate,
     order_request_of,
 )
+from instances.services.pools import pool_capacity_refused
 from instances.services.transitions import instance_note, instance_transition
 from portal.errors import PortalError
 from portal.services import notice_send
@@ -50,6 +51,8 @@ AT_THE_WARNING = {
 
 
 def _policy(instance: Instance) -> str:
+    if instance.pool_id:
+        return instance.pool.interruption_policy
     return instance.order.interruption_policy or InterruptionPolicy.NOTIFY
 
 
@@ -94,6 +97,13 @@ def spot_warning_receive(*, warning: SpotWarning) -> Instance | None:
         instance.spot_warning_at, instance.spot_interruption_at = warning.at, action_at
         policy = _policy(instance)
         then = f"{AT_THE_WARNING[policy].capitalize()}."
+        if instance.pool_id:
+            # A pool counts a warned host as leaving and launches its replacement itself.
+            then = (
+                "Its pool launches a replacement once it is gone (policy: notify)."
+                if policy == InterruptionPolicy.NOTIFY
+                else "Its pool launches a replacement on its next pass."
+            )
         instance_note(
             instance=instance,
             note=f"interruption warning: the cloud takes this host back at "
@@ -106,7 +116,7 @@ def spot_warning_receive(*, warning: SpotWarning) -> Instance | None:
             body=f"The cloud takes back spot host {instance.cloud_id} at {action_at:%H:%M:%S} "
             f"UTC; data on its local disks will be gone. {then} {_checkpoint_line(instance)}",
         )
-    if policy in RELAUNCH:
+    if policy in RELAUNCH and not instance.pool_id:
         replacement_start(instance_id=instance.pk, why="interruption warning")
     return instance_load(instance.pk)
 
@@ -141,6 +151,16 @@ def host_interrupted(*, instance: Instance) -> None:
     the host still counted)."""
     policy = _policy(instance)
     replacement = instance.replaced_by
+    if instance.pool_id:
+        _tell(
+            instance,
+            subject=f"Pool host interrupted: {instance.instance_type.name} in "
+            f"{instance.project.slug}",
+            body=f"The cloud took back spot host {instance.cloud_id} of pool "
+            f"{instance.pool.name}; the pool keeps its size with a replacement. "
+            f"{_checkpoint_line(instance)}",
+        )
+        return
     if policy in RELAUNCH and replacement is None:
         replacement = replacement_start(instance_id=instance.pk, why="interrupted")
     if replacement is not None:
@@ -238,6 +258,8 @@ def spot_capacity_refused(*, instance_id, attempts: int, final: bool) -> bool:
     (this launch ends, an on-demand replacement starts): True, stop retrying. For a
     relaunch_spot replacement the owner hears once that the launch keeps trying: False."""
     instance = instance_load(instance_id)
+    if instance.pool_id:
+        return pool_capacity_refused(instance=instance)
     if instance.market != Market.SPOT or instance.status not in (
         Instance.Status.REQUESTED,
         Instance.Status.PROVISIONING,

@@ -18,10 +18,12 @@ from audit.models import AuditEvent
 from billing.budgets import budget_set
 from billing.metering import usage_meter
 from billing.rollups import rollups_refresh
+from instances import services
+from instances.models import PoolSample
 from portal.models import ApiToken
 from portal.services import approval_policy_set, quota_set, token_issue
 from tests.browser.conftest import ARTIFACTS, answer_confirmation
-from tests.conftest import PASSWORD
+from tests.conftest import ED25519, PASSWORD
 from tests.test_route_matrix import NOT_HERE, PAGE_METHODS
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -32,6 +34,9 @@ NOT_A_PAGE = {
     "host-rows": "an htmx fragment of the hosts page, swapped in while it is open",
     "host-panel": "an htmx fragment of a host's page, swapped in while it is open",
     "order-estimate-panel": "an htmx fragment of the order page",
+    "pool-panel": "an htmx fragment of a pool's page, swapped in while it is open",
+    "pool-chart": "the series a pool page's chart fetches (JSON)",
+    "pool-preview": "an htmx fragment of the new pool form",
     "audit-export-csv": "a download",
     "audit-export-jsonl": "a download",
     "costs-csv": "a download",
@@ -53,7 +58,27 @@ def world(alice, bob, ada, fin, projects, running_host, place_order):
     usage_meter(now=timezone.now() + timedelta(minutes=30))
     rollups_refresh()
     token_issue(user=alice, name="laptop")
-    return {"host": host, "instance_type": host.instance_type}
+    pool = services.pool_create(
+        user=alice,
+        project=vision,
+        name="notebooks",
+        instance_type=host.instance_type,
+        image=host.image,
+        ssh_public_key=ED25519,
+        max_size=2,
+        desired=1,
+    )
+    services.schedule_create(
+        pool=pool, user=alice, cron="0 9 * * 1-5", timezone="Europe/Berlin", desired=2
+    )
+    # The chart's samples, as autoscaler passes would have left them (no pass runs here: its
+    # hosts would change the quota bars the tests below count).
+    now = timezone.now()
+    PoolSample.objects.bulk_create(
+        PoolSample(pool=pool, at=now - timedelta(minutes=10 * n), desired=1, running_on_demand=1)
+        for n in range(12)
+    )
+    return {"host": host, "instance_type": host.instance_type, "pool": pool}
 
 
 def pages_for(role: str, world) -> list[str]:
@@ -69,6 +94,9 @@ def pages_for(role: str, world) -> list[str]:
         "/activity/",
         "/costs/",
         "/budgets/",
+        "/pools/",
+        "/pools/new/",
+        f"/pools/{world['pool'].pk}/",
         "/api/v1/docs/",
         # DRF's browsable pages: a list with filters, and an object with actions.
         "/api/v1/",
@@ -109,6 +137,10 @@ def settle(page, path: str) -> None:
         expect(page.locator("#spend-chart")).to_have_attribute("data-ready", "true")
     elif path.startswith("/hosts/") and path != "/hosts/":
         # One poll of the live panel: a swapped-in fragment must pass the policy too.
+        with page.expect_response(lambda response: "/panel/" in response.url):
+            pass
+    elif path.startswith("/pools/") and path not in ("/pools/", "/pools/new/"):
+        expect(page.locator("#pool-chart")).to_have_attribute("data-ready", "true")
         with page.expect_response(lambda response: "/panel/" in response.url):
             pass
     elif path == "/hosts/":

@@ -15,6 +15,7 @@ from billing.budgets import budget_set
 from billing.models import Budget
 from billing.prices import spot_prices_refresh
 from demo.history import DAYS, history_build, history_exists
+from demo.pools import seed_demo_pool
 from instances.models import Image, InstanceType
 from portal.models import IdlePolicy, Membership, Project, Quota, User
 from portal.services import (
@@ -146,6 +147,7 @@ class Command(BaseCommand):
                 budget_set(
                     project=projects[slug], actor=admin, monthly_amount=amount, policy=policy
                 )
+        self.stdout.write(seed_demo_pool())
         audit_record_system(
             name="seed_demo",
             kind="command",

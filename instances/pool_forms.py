@@ -1,0 +1,90 @@
+"""The pool pages' forms. They only parse what was typed: the services (pool_create,
+pool_update, schedule_create, ...) validate for real and name the field at fault."""
+
+from __future__ import annotations
+
+from django import forms
+from django.conf import settings
+
+from instances.models import Image, InstanceType, InterruptionPolicy
+from portal import permissions
+
+
+def _sizes(form: forms.Form, *, required: bool = True) -> None:
+    top = settings.PORTAL_POOL_MAX_SIZE
+    for name in ("min_size", "desired", "max_size", "on_demand_base"):
+        form.fields[name] = forms.IntegerField(min_value=0, max_value=top, required=required)
+
+
+class PoolForm(forms.Form):
+    """New pool: where, what, how many, which markets."""
+
+    project = forms.ChoiceField()
+    name = forms.CharField(max_length=64)
+    instance_type = forms.ChoiceField(label="Instance type")
+    fallback_instance_types = forms.CharField(
+        required=False,
+        label="Fallback types",
+        help_text="Tried in this order when the cloud has no capacity; comma-separated.",
+    )
+    image = forms.ChoiceField()
+    ssh_public_key = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}))
+    spot_percent = forms.IntegerField(min_value=0, max_value=100, initial=0)
+    interruption_policy = forms.ChoiceField(
+        choices=InterruptionPolicy.choices, initial=InterruptionPolicy.RELAUNCH_SPOT
+    )
+    target_gpu_utilization = forms.IntegerField(min_value=1, max_value=100, required=False)
+
+    def __init__(self, *args, user, **kwargs):
+        super().__init__(*args, **kwargs)
+        _sizes(self)
+        self.fields["project"].choices = [
+            (p.slug, f"{p.name} ({p.slug})") for p in permissions.orderable_projects(user)
+        ]
+        self.types = list(InstanceType.objects.offered().order_by("gpu_model", "gpu_count", "name"))
+        self.fields["instance_type"].choices = [
+            (t.name, f"{t.name} · {t.gpu_count}× {t.gpu_model}") for t in self.types
+        ]
+        self.images = list(Image.objects.filter(is_active=True).order_by("name"))
+        self.fields["image"].choices = [
+            (i.name, f"{i.name} · TensorFlow {i.tensorflow_version} · CUDA {i.cuda_version}")
+            for i in self.images
+        ]
+
+    def clean_fallback_instance_types(self) -> list[str]:
+        text = self.cleaned_data.get("fallback_instance_types") or ""
+        return [part.strip() for part in text.replace("\n", ",").split(",") if part.strip()]
+
+    def service_fields(self) -> dict:
+        """What pool_create takes, from the cleaned data."""
+        data = dict(self.cleaned_data)
+        data["instance_type"] = next(t for t in self.types if t.name == data["instance_type"])
+        data["image"] = next(i for i in self.images if i.name == data["image"])
+        data.pop("project")
+        return data
+
+
+class PoolSizesForm(forms.Form):
+    """Resize a pool or change its mix (pool_update)."""
+
+    spot_percent = forms.IntegerField(min_value=0, max_value=100)
+    interruption_policy = forms.ChoiceField(choices=InterruptionPolicy.choices)
+    target_gpu_utilization = forms.IntegerField(min_value=1, max_value=100, required=False)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        _sizes(self)
+
+
+class DesiredForm(forms.Form):
+    desired = forms.IntegerField(min_value=0)
+
+
+class ScheduleForm(forms.Form):
+    """A scheduled action: cron in a time zone, and any of min, max and desired."""
+
+    cron = forms.CharField(max_length=100, label="Cron")
+    timezone = forms.CharField(max_length=64, initial="UTC", label="Time zone")
+    min_size = forms.IntegerField(min_value=0, required=False)
+    max_size = forms.IntegerField(min_value=0, required=False)
+    desired = forms.IntegerField(min_value=0, required=False)

@@ -1,0 +1,448 @@
+"""The autoscaler pass (beat): every active pool's desired count from its schedules, its GPU
+target and manual changes, then converge: launch what is missing, end what is surplus.
+
+- One transaction, pool rows locked with SKIP LOCKED: a second pass started meanwhile skips
+  the pools the first holds, so each missing host is launched once. Hosts are Instance rows
+  with their ClientToken stored before any cloud call (the provision task is sent on commit),
+  so a worker killed mid-pass leaves either nothing or rows the reconciler carries on.
+- Reads are bulk, a fixed number of queries whatever the number of pools and hosts; only
+  work adds queries (a pool that launches is admitted under its project lock, as an order is;
+  each host ended is a transition).
+- A launch passes ORDER_ADMISSION_CHECKS (quota, budget) through admission_refusal(); a refusal
+  launches what fits, records the reason as a pool event, and waits with a doubling backoff
+  (one notice per streak of refusals).
+- Market mix: the first on_demand_base hosts on-demand, spot_percent of the rest spot. A spot
+  market without capacity (a hold set by the provision task) is filled with on-demand when the
+  pool allows on-demand (spot_percent < 100 or policy fallback_on_demand); when spot returns the
+  spot host is launched first and the on-demand one ended only once it runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from instances import cron
+from instances.models import (
+    TASK_OF_STATUS,
+    Instance,
+    InstanceEvent,
+    InstanceType,
+    InterruptionPolicy,
+    Market,
+    Pool,
+    PoolEvent,
+    PoolSample,
+    PoolSchedule,
+)
+from instances.services.orders import admission_refusal, order_estimate, order_request_of
+from instances.services.pool_plan import (
+    SERVING,
+    Host,
+    fallback_types,
+    host_utilisation,
+    plan,
+    pool_utilisation,
+    quota_hosts,
+)
+from instances.services.pool_schedules import schedule_words
+from instances.services.pools import hosts_end
+from instances.services.queue import enqueue
+from portal.services import notice_send
+
+ACTOR = "system:autoscaler"
+S = Instance.Status
+K = PoolEvent.Kind
+MINUTE = timedelta(minutes=1)
+POOL_FIELDS = [
+    "min_size",
+    "desired",
+    "max_size",
+    "status",
+    "status_reason",
+    "last_scaled_at",
+    "blocked_until",
+    "refusal_streak",
+    "refusal_reason",
+    "capacity_holds",
+]
+
+
+# --- the pass --------------------------------------------------------------------------------
+
+
+@dataclass
+class AutoscaleReport:
+    pools: int = 0
+    launched: list = field(default_factory=list)
+    ended: list = field(default_factory=list)
+    refused: list = field(default_factory=list)
+    moved: list = field(default_factory=list)
+
+
+def autoscale(*, now: datetime | None = None) -> AutoscaleReport:
+    """One pass over every active (and deleting) pool not held by another pass."""
+    now = now or timezone.now()
+    report = AutoscaleReport()
+    with transaction.atomic():
+        pools = list(
+            Pool.objects.select_for_update(skip_locked=True, of=("self",))
+            .filter(status__in=(Pool.Status.ACTIVE, Pool.Status.DELETING))
+            .select_related("instance_type", "project", "launch_order", "created_by")
+            .order_by("pk")
+        )
+        if not pools:
+            return report
+        report.pools = len(pools)
+        ids = [pool.pk for pool in pools]
+        schedules = defaultdict(list)
+        for schedule in PoolSchedule.objects.filter(pool_id__in=ids, enabled=True):
+            schedules[schedule.pool_id].append(schedule)
+        hosts = defaultdict(list)
+        utilisation = host_utilisation(ids, now)
+        for row in Instance.objects.filter(pool_id__in=ids, status__in=Instance.LIVE).values(
+            "id", "pool_id", "market", "status", "spot_warning_at", "launched_at"
+        ):
+            hosts[row["pool_id"]].append(row)
+        series = pool_utilisation(pools, now)
+        types = fallback_types(pools)
+        quotas = quota_hosts(pools)
+        events: list[PoolEvent] = []
+        changed_schedules: list[PoolSchedule] = []
+        samples: list[PoolSample] = []
+        for pool in pools:
+            before = {name: getattr(pool, name) for name in POOL_FIELDS}
+            pool_hosts = [
+                Host(
+                    id=row["id"],
+                    market=row["market"],
+                    status=row["status"],
+                    leaving=row["spot_warning_at"] is not None
+                    and pool.interruption_policy != InterruptionPolicy.NOTIFY,
+                    utilization=utilisation.get(row["id"]),
+                    launched_at=row["launched_at"],
+                )
+                for row in hosts[pool.pk]
+            ]
+            if pool.status == Pool.Status.DELETING:
+                _finish_deleting(pool, pool_hosts, now, events, report)
+            else:
+                for schedule in schedules[pool.pk]:
+                    if _schedule_fire(pool, schedule, now, events):
+                        changed_schedules.append(schedule)
+                _target_track(pool, pool_hosts, series.get(pool.pk, {}), now, events)
+                _converge(pool, pool_hosts, types, now, events, report)
+                samples.append(_sample(pool, pool_hosts, quotas, now))
+            if any(getattr(pool, name) != value for name, value in before.items()):
+                report.moved.append(pool)
+        if report.moved:
+            Pool.objects.bulk_update(report.moved, POOL_FIELDS)
+        if changed_schedules:
+            PoolSchedule.objects.bulk_update(changed_schedules, ["last_run_at"])
+        PoolEvent.objects.bulk_create(events)
+        PoolSample.objects.bulk_create(samples)
+        retention = timedelta(days=settings.PORTAL_POOL_SAMPLE_RETENTION_DAYS)
+        PoolSample.objects.filter(at__lt=now - retention).delete()
+    return report
+
+
+def _event(events, pool, kind, message, *, now, old=None, new=None) -> None:
+    events.append(
+        PoolEvent(
+            pool=pool,
+            kind=kind,
+            message=message[:500],
+            old_desired=old,
+            new_desired=new,
+            actor=ACTOR,
+            at=now,
+        )
+    )
+
+
+def _set_desired(pool: Pool, value: int, *, kind, why: str, now, events) -> bool:
+    value = max(pool.min_size, min(pool.max_size, value))
+    if value == pool.desired:
+        return False
+    _event(events, pool, kind, why, now=now, old=pool.desired, new=value)
+    pool.desired = value
+    return True
+
+
+def _schedule_fire(pool: Pool, schedule: PoolSchedule, now: datetime, events) -> bool:
+    """Apply a scheduled action whose time came since its last run (a beat that was down for
+    hours applies the latest one, once)."""
+    try:
+        parsed, tz = cron.parse(schedule.cron), cron.zone(schedule.timezone)
+    except ValidationError:
+        return False  # checked when saved; a zone retired since then just stops firing
+    after = max(schedule.last_run_at, now - timedelta(days=1))
+    fired = cron.last_fire(parsed, tz, after=after, until=now)
+    if fired is None:
+        return False
+    schedule.last_run_at = now
+    if schedule.max_size is not None:
+        pool.max_size = min(schedule.max_size, pool.approved_max or schedule.max_size)
+    if schedule.min_size is not None:
+        pool.min_size = schedule.min_size
+    pool.min_size = min(pool.min_size, pool.max_size)
+    want = schedule.desired if schedule.desired is not None else pool.desired
+    old = pool.desired
+    pool.desired = max(pool.min_size, min(pool.max_size, want))
+    _event(
+        events,
+        pool,
+        K.SCHEDULE,
+        f"{schedule_words(schedule)} (due {fired:%Y-%m-%d %H:%M} UTC): now "
+        f"{pool.min_size}..{pool.max_size}, desired {pool.desired}",
+        now=now,
+        old=old,
+        new=pool.desired,
+    )
+    return True
+
+
+def _target_track(pool: Pool, hosts: list[Host], minutes: dict, now: datetime, events) -> None:
+    """Keep average GPU utilisation near the target: out when every minute of the last
+    scale_out_minutes was above it, in when every minute of the last scale_in_minutes was
+    below, never within cooldown_minutes of the last move. Minutes with no reading are
+    skipped, but at least half of the window must have readings."""
+    target = pool.target_gpu_utilization
+    if target is None:
+        return
+    if pool.last_scaled_at and now < pool.last_scaled_at + pool.cooldown_minutes * MINUTE:
+        return
+    end = now.replace(second=0, microsecond=0)
+
+    def window(length: int) -> list[float]:
+        start = end - length * MINUTE
+        values = [avg for minute, avg in minutes.items() if start <= minute < end]
+        return values if len(values) >= max(1, math.ceil(length / 2)) else []
+
+    warm = sum(1 for h in hosts if h.status == S.RUNNING and h.utilization is not None)
+    out, into = window(pool.scale_out_minutes), window(pool.scale_in_minutes)
+    if out and min(out) > target and warm:
+        mean = sum(out) / len(out)
+        want = max(pool.desired + 1, math.ceil(warm * mean / target))
+        if _set_desired(
+            pool,
+            want,
+            kind=K.TARGET,
+            why=f"GPU utilisation {mean:.0f} % above the {target} % target for "
+            f"{pool.scale_out_minutes} min: scale out",
+            now=now,
+            events=events,
+        ):
+            pool.last_scaled_at = now
+    elif into and max(into) < target and warm and not any(h.pending for h in hosts):
+        mean = sum(into) / len(into)
+        want = min(pool.desired - 1, math.ceil(warm * mean / target))
+        if _set_desired(
+            pool,
+            want,
+            kind=K.TARGET,
+            why=f"GPU utilisation {mean:.0f} % below the {target} % target for "
+            f"{pool.scale_in_minutes} min: scale in",
+            now=now,
+            events=events,
+        ):
+            pool.last_scaled_at = now
+
+
+def _held(pool: Pool, market: str, type_name: str, now: datetime) -> bool:
+    until = pool.capacity_holds.get(f"{market}:{type_name}")
+    return bool(until) and datetime.fromisoformat(until) > now
+
+
+def _launch_type(pool: Pool, market: str, types: dict, now: datetime) -> InstanceType | None:
+    for name in pool.instance_type_names():
+        if not _held(pool, market, name, now):
+            return pool.instance_type if name == pool.instance_type.name else types.get(name)
+    return None
+
+
+def _converge(pool: Pool, hosts: list[Host], types: dict, now: datetime, events, report) -> None:
+    spot_type = _launch_type(pool, Market.SPOT, types, now)
+    od_type = _launch_type(pool, Market.ON_DEMAND, types, now)
+    step = plan(
+        desired=pool.desired,
+        base=pool.on_demand_base,
+        spot_percent=pool.spot_percent,
+        hosts=hosts,
+        spot_available=spot_type is not None,
+        on_demand_fill=pool.spot_percent < 100
+        or pool.interruption_policy == InterruptionPolicy.FALLBACK_ON_DEMAND,
+    )
+    if step.end:
+        ended = hosts_end(
+            Instance.objects.filter(pk__in=[h.id for h, _ in step.end]),
+            reason=f"pool {pool.name}: " + step.end[0][1],
+            actor=ACTOR,
+        )
+        if ended:
+            report.ended += ended
+            _event(events, pool, K.TERMINATED, f"ending {len(ended)}: {step.end[0][1]}", now=now)
+    if step.spot_short and pool.refusal_reason != "no spot capacity":
+        _event(
+            events,
+            pool,
+            K.CAPACITY,
+            f"the cloud has no spot capacity for {', '.join(pool.instance_type_names())}; "
+            f"{step.spot_short} spot hosts wait for it (the pool's mix allows no on-demand)",
+            now=now,
+        )
+    wanted = [(Market.ON_DEMAND, od_type, step.launch_on_demand)]
+    wanted.append((Market.SPOT, spot_type, step.launch_spot))
+    wanted = [(m, t, n) for m, t, n in wanted if n > 0 and t is not None]
+    if not wanted or (pool.blocked_until and now < pool.blocked_until):
+        return
+    _launch(pool, hosts, wanted, now, events, report)
+
+
+def _launch(pool: Pool, hosts, wanted, now: datetime, events, report) -> None:
+    """Admit as many of the wanted hosts as the limits allow (the project row stays locked
+    until the pass commits), create their rows and send their launches on commit."""
+    total = sum(n for _, _, n in wanted)
+    order = pool.launch_order
+    base = order_request_of(order)
+    market = wanted[0][0]  # on-demand first: the dearer market is the one a budget refuses
+
+    def refusal(count: int):
+        request = dataclasses.replace(
+            base,
+            count=count,
+            market=market,
+            estimate=order_estimate(
+                instance_type=pool.instance_type,
+                market=market,
+                count=count,
+                lease_hours=order.lease_hours,
+            ),
+        )
+        return admission_refusal(request)
+
+    refused = refusal(total)
+    admitted = total
+    if refused is not None:
+        low, high = 0, total - 1  # the largest count that fits, by halves
+        while low < high:
+            middle = (low + high + 1) // 2
+            if refusal(middle) is None:
+                low = middle
+            else:
+                high = middle - 1
+        admitted = low
+    counted = sum(1 for h in hosts if h.status in SERVING and not h.leaving)
+    if admitted:
+        rows = _create_hosts(pool, wanted, admitted, now)
+        report.launched += [str(r.pk) for r in rows]
+        by_market = defaultdict(int)
+        for row in rows:
+            by_market[row.market.replace("_", "-")] += 1
+        said = ", ".join(f"{n} {m}" for m, n in sorted(by_market.items()))
+        _event(events, pool, K.LAUNCHED, f"launching {said} toward desired {pool.desired}", now=now)
+    if refused is None:
+        if pool.refusal_streak:
+            _event(events, pool, K.LAUNCHED, "the limit that held the pool moved", now=now)
+        pool.refusal_streak, pool.refusal_reason, pool.blocked_until = 0, "", None
+        return
+    what = "quota" if refused.code.startswith("quota") else "budget"
+    if refused.code not in ("quota_exceeded", "budget_exceeded"):
+        what = "a limit"
+    sentence = f"{what} holds pool at {counted + admitted} of {pool.desired}: {refused.message}"
+    report.refused.append((pool, sentence))
+    # A new event when the pool is held at another count (not for each retry's wording).
+    if pool.refusal_streak == 0 or pool.refusal_reason.split(":")[0] != sentence.split(":")[0]:
+        _event(events, pool, K.REFUSED, sentence, now=now)
+    if pool.refusal_streak == 0:
+        # One notice per streak of refusals: the retries that follow say nothing new.
+        notice_send(
+            user=pool.created_by,
+            subject=f"Pool {pool.name} in {pool.project.slug} cannot grow",
+            body=f"{sentence} The pool retries with backoff and grows when the limit moves.",
+            link=f"/pools/{pool.pk}/",
+        )
+    wait = min(
+        settings.PORTAL_POOL_BACKOFF_SECONDS * 2 ** min(pool.refusal_streak, 16),
+        settings.PORTAL_POOL_BACKOFF_MAX_SECONDS,
+    )
+    pool.refusal_streak += 1
+    pool.refusal_reason = sentence[:500]
+    pool.blocked_until = now + timedelta(seconds=wait)
+
+
+def _create_hosts(pool: Pool, wanted, admitted: int, now: datetime) -> list[Instance]:
+    """The admitted hosts' rows (ClientToken fixed now, before any cloud call), their first
+    events, and their launches sent once the pass commits."""
+    order = pool.launch_order
+    rows = []
+    for market, instance_type, count in wanted:
+        for _ in range(count):
+            if len(rows) == admitted:
+                break
+            pk = uuid.uuid4()
+            rows.append(
+                Instance(
+                    id=pk,
+                    order=order,
+                    project=pool.project,
+                    owner=pool.created_by,
+                    instance_type=instance_type,
+                    image_id=pool.image_id,
+                    market=market,
+                    region=order.region,
+                    client_token=f"portal-{pk.hex}",
+                    status_changed_at=now,
+                    pool=pool,
+                )
+            )
+    Instance.objects.bulk_create(rows)
+    InstanceEvent.objects.bulk_create(
+        InstanceEvent(
+            instance=row,
+            old_status="",
+            new_status=S.REQUESTED,
+            reason=f"launched by pool {pool.name} ({row.market.replace('_', '-')})",
+            at=now,
+            actor=ACTOR,
+        )
+        for row in rows
+    )
+    for row in rows:
+        enqueue(TASK_OF_STATUS[S.REQUESTED], str(row.pk))
+    return rows
+
+
+def _finish_deleting(pool: Pool, hosts: list[Host], now: datetime, events, report) -> None:
+    live = [h for h in hosts if h.status not in (S.TERMINATING, S.INTERRUPTED)]
+    if live:
+        report.ended += hosts_end(
+            Instance.objects.filter(pk__in=[h.id for h in live]),
+            reason=f"pool {pool.name} deleted",
+            actor=ACTOR,
+        )
+    elif not hosts:
+        pool.status = Pool.Status.DELETED
+        _event(events, pool, K.DELETED, "its last host has ended", now=now)
+
+
+def _sample(pool: Pool, hosts: list[Host], quotas: dict, now: datetime) -> PoolSample:
+    running = [h for h in hosts if h.status == S.RUNNING]
+    return PoolSample(
+        pool=pool,
+        at=now,
+        desired=pool.desired,
+        running_on_demand=sum(1 for h in running if h.market == Market.ON_DEMAND),
+        running_spot=sum(1 for h in running if h.market == Market.SPOT),
+        pending=sum(1 for h in hosts if h.pending),
+        quota_hosts=quotas.get(pool.pk),
+    )

@@ -1,0 +1,150 @@
+"""A pool's scheduled actions: add, change, remove, and say them in words with their next
+runs (the autoscaler pass applies them)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from instances import cron
+from instances.models import Pool, PoolEvent, PoolSchedule
+from instances.services.pool_checks import SIZE_FIELDS, refuse, refuse_unknown
+from instances.services.pools import lock_for_change, pool_event
+from instances.services.transitions import actor_of
+from portal.models import User
+
+K = PoolEvent.Kind
+
+
+def _schedule_values(pool: Pool, values: dict) -> dict:
+    errors: dict = {}
+    try:
+        parsed = cron.parse(values["cron"])
+        values["cron"] = parsed.expression
+    except ValidationError as error:
+        errors["cron"] = error.error_list
+        parsed = None
+    try:
+        tz = cron.zone(values["timezone"])
+    except ValidationError as error:
+        errors["timezone"] = error.error_list
+        tz = None
+    sizes = {name: values.get(name) for name in SIZE_FIELDS}
+    if all(v is None for v in sizes.values()):
+        refuse(errors, "desired", "Set at least one of min_size, max_size and desired.", "required")
+    ceiling = pool.approved_max or pool.max_size
+    for name, value in sizes.items():
+        if value is not None and not 0 <= value <= ceiling:
+            refuse(
+                errors,
+                name,
+                f"{name} must be between 0 and {ceiling}, the most hosts approved for this pool.",
+                "out_of_range",
+            )
+    low, want, high = sizes["min_size"], sizes["desired"], sizes["max_size"]
+    if low is not None and high is not None and low > high:
+        refuse(errors, "min_size", "min_size is more than max_size.", "min_above_max")
+    if want is not None and (
+        (low is not None and want < low) or (high is not None and want > high)
+    ):
+        refuse(errors, "desired", "desired is outside min_size..max_size.", "desired_out_of_range")
+    if (
+        parsed is not None
+        and tz is not None
+        and not cron.next_runs(parsed, tz, after=timezone.now(), count=1)
+    ):
+        refuse(errors, "cron", f"'{parsed.expression}' never fires.", "invalid_cron")
+    if errors:
+        raise ValidationError(errors)
+    return values
+
+
+def schedule_create(
+    *,
+    pool: Pool,
+    user: User,
+    cron: str,
+    timezone: str = "UTC",
+    min_size: int | None = None,
+    max_size: int | None = None,
+    desired: int | None = None,
+    enabled: bool = True,
+) -> PoolSchedule:
+    values = {
+        "cron": cron,
+        "timezone": timezone,
+        "min_size": min_size,
+        "max_size": max_size,
+        "desired": desired,
+    }
+    with transaction.atomic():
+        row = lock_for_change(pool, user)
+        values = _schedule_values(row, values)
+        schedule = PoolSchedule.objects.create(pool=row, enabled=enabled, created_by=user, **values)
+        pool_event(
+            row,
+            K.CHANGED,
+            f"{user.username} added schedule: {schedule_words(schedule)}",
+            actor=actor_of(user),
+        )
+    return schedule
+
+
+def schedule_update(*, schedule: PoolSchedule, user: User, **changes) -> PoolSchedule:
+    allowed = {"cron", "timezone", *SIZE_FIELDS, "enabled"}
+    refuse_unknown(changes, allowed)
+    with transaction.atomic():
+        row = lock_for_change(schedule.pool, user)
+        current = PoolSchedule.objects.select_for_update().get(pk=schedule.pk)
+        values = {name: getattr(current, name) for name in ("cron", "timezone", *SIZE_FIELDS)}
+        values.update({k: v for k, v in changes.items() if k != "enabled"})
+        values = _schedule_values(row, values)
+        for name, value in values.items():
+            setattr(current, name, value)
+        if "enabled" in changes:
+            current.enabled = bool(changes["enabled"])
+        if "cron" in changes or "timezone" in changes or changes.get("enabled"):
+            current.last_run_at = timezone.now()  # nothing fires retroactively
+        current.save()
+        pool_event(
+            row,
+            K.CHANGED,
+            f"{user.username} changed schedule: {schedule_words(current)}",
+            actor=actor_of(user),
+        )
+    return current
+
+
+def schedule_delete(*, schedule: PoolSchedule, user: User) -> None:
+    with transaction.atomic():
+        row = lock_for_change(schedule.pool, user)
+        words = schedule_words(schedule)
+        PoolSchedule.objects.filter(pk=schedule.pk).delete()
+        pool_event(
+            row, K.CHANGED, f"{user.username} removed schedule: {words}", actor=actor_of(user)
+        )
+
+
+def schedule_words(schedule: PoolSchedule) -> str:
+    """'At 09:00, Monday through Friday (Asia/Shanghai): desired 8'."""
+    sets = ", ".join(
+        f"{name} {getattr(schedule, name)}"
+        for name in SIZE_FIELDS
+        if getattr(schedule, name) is not None
+    )
+    return f"{cron.describe(schedule.cron, schedule.timezone)}: {sets}"
+
+
+def schedule_next_runs(schedule: PoolSchedule, *, count: int = 3) -> list[datetime]:
+    try:
+        return cron.next_runs(
+            cron.parse(schedule.cron),
+            cron.zone(schedule.timezone),
+            after=timezone.now(),
+            count=count,
+        )
+    except ValidationError:
+        return []

@@ -1,0 +1,133 @@
+"""Pools on PostgreSQL and Redis with a real worker and beat: a quota holds a pool at 4 of 6
+and raising it lets the pool reach 6; a worker SIGKILLed at random points in 20 scale-outs
+never leaves more than desired hosts alive after one reconcile pass, nor an orphan.
+``pytest -s`` prints the figures."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+from django.db.models import Count
+
+from instances import services
+from instances.models import Image, Instance, Pool, PoolEvent, SimulatedHost
+from portal.services import quota_set
+from tests.conftest import ED25519
+from tests.workers import Worker, purge_queues, wait_for
+
+pytestmark = [
+    pytest.mark.redis,
+    pytest.mark.postgres,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.real_clock,
+]
+S = Instance.Status
+ENV = {
+    "PORTAL_AUTOSCALE_SECONDS": "1",
+    "PORTAL_POOL_BACKOFF_SECONDS": "1",
+    "PORTAL_POOL_BACKOFF_MAX_SECONDS": "2",
+    "PORTAL_RECONCILE_SECONDS": "3",
+    "PORTAL_SIMULATED_BOOT_SECONDS": "1",
+}
+
+
+def _pool(catalog, alice, projects, **fields) -> Pool:
+    return services.pool_create(
+        user=alice,
+        project=projects["vision-lab"],
+        name="workers",
+        instance_type=catalog["g5.xlarge"],
+        image=Image.objects.get(name="tf-2.17-cuda12.3"),
+        ssh_public_key=ED25519,
+        **fields,
+    )
+
+
+def _running(pool: Pool) -> int:
+    return Instance.objects.filter(pool=pool, status=S.RUNNING).count()
+
+
+def _live(pool: Pool) -> int:
+    return Instance.objects.filter(pool=pool, status__in=Instance.LIVE - {S.TERMINATING}).count()
+
+
+def test_a_quota_holds_the_pool_at_4_of_6_until_it_is_raised(
+    worker_process, catalog, alice, ada, projects
+):
+    vision = projects["vision-lab"]
+    quota_set(project=vision, actor=ada, max_gpus=4)
+    pool = _pool(catalog, alice, projects, desired=6, max_size=8)
+    started = time.monotonic()
+    worker_process(beat=True, **ENV)
+
+    def four_running_and_refused():
+        """4 hosts running and the refusal on the pool's events"""
+        refused = pool.events.filter(kind=PoolEvent.Kind.REFUSED).first()
+        return refused if _running(pool) == 4 and refused else None
+
+    refused = wait_for(four_running_and_refused, timeout=60)
+    held_at = time.monotonic() - started
+    assert refused.message.startswith("quota holds pool at 4 of 6: ")
+    time.sleep(4)  # several passes more: still 4, one event
+    assert _live(pool) == 4
+    assert pool.events.filter(kind=PoolEvent.Kind.REFUSED).count() == 1
+    quota_set(project=vision, actor=ada, max_gpus=8)
+    raised = time.monotonic()
+    wait_for(lambda: _running(pool) == 6, timeout=60)
+    print(
+        f"\npool held at 4 of 6 by the quota after {held_at:.1f} s; "
+        f"6 running {time.monotonic() - raised:.1f} s after the quota was raised"
+    )
+
+
+def test_a_worker_killed_at_random_points_in_20_scale_outs_never_leaves_more_than_desired(
+    catalog, alice, projects
+):
+    pool = _pool(catalog, alice, projects, desired=0, max_size=20)
+    rng = random.Random(12)
+    kills = []
+    for trial in range(20):
+        services.pool_set_desired(pool=pool, user=alice, desired=trial + 1)
+        purge_queues() if trial == 0 else None
+        worker = Worker(beat=True, **ENV).start()
+        # Beat starts with the worker and sends a pass within about two seconds: kills land
+        # before, during and after the pass and the launches it sends.
+        pause = rng.uniform(1.5, 4.0)
+        time.sleep(pause)
+        worker.kill()
+        kills.append((trial + 1, round(pause, 2), _live(pool)))
+        assert _live(pool) <= trial + 1  # rows: the pass is one transaction
+    pool.refresh_from_db()
+    # --- one reconcile pass, nothing else running ---
+    services.reconcile()
+    cloud = (
+        SimulatedHost.objects.exclude(state__in=["shutting-down", "terminated"])
+        .exclude(portal_instance="")
+        .values("portal_instance")
+        .annotate(n=Count("id"))
+    )
+    live_rows = {
+        str(pk)
+        for pk in Instance.objects.filter(status__in=Instance.LIVE - {S.TERMINATING}).values_list(
+            "pk", flat=True
+        )
+    }
+    alive_in_cloud = {row["portal_instance"]: row["n"] for row in cloud}
+    orphans = sorted(set(alive_in_cloud) - live_rows)
+    pool_hosts_alive = sum(n for uuid, n in alive_in_cloud.items() if uuid in live_rows)
+    assert orphans == [], orphans
+    assert all(n == 1 for n in alive_in_cloud.values()), alive_in_cloud
+    assert pool_hosts_alive <= pool.desired
+    # --- then a worker and beat settle the pool at desired ---
+    settle = Worker(beat=True, **ENV).start()
+    try:
+        wait_for(lambda: _running(pool) == pool.desired, timeout=120)
+    finally:
+        settle.stop()
+    print(
+        f"\n20 scale-outs, worker SIGKILLed after (desired, seconds, live rows): {kills}\n"
+        f"after one reconcile pass: {pool_hosts_alive} hosts alive in the cloud for desired "
+        f"{pool.desired}, {len(orphans)} orphans; settled at {_running(pool)} running"
+    )

@@ -42,8 +42,10 @@ def seed_demo_pool() -> str:
         min_size=0,
         desired=0,
         max_size=6,
-        on_demand_base=1,
-        spot_percent=50,
+        # All spot: vision-lab's budget refuses new on-demand hosts once the month's money is
+        # spent, and a demo opening late in a month should still show the pool at work.
+        on_demand_base=0,
+        spot_percent=100,
         interruption_policy="relaunch_spot",
         target_gpu_utilization=70,
     )

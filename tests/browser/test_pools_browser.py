@@ -11,7 +11,7 @@ from playwright.sync_api import expect
 
 from instances import services
 from instances.models import Pool
-from tests.browser.conftest import ARTIFACTS
+from tests.browser.conftest import ARTIFACTS, answer_confirmation
 from tests.conftest import ED25519
 from tests.instances.pool_helpers import provision_all
 
@@ -80,9 +80,7 @@ def test_a_pool_follows_its_schedule_on_its_page(page, sign_in, alice, catalog):
     page.screenshot(path=str(ARTIFACTS / "pool-page.png"), full_page=True)
 
     # Deleting asks first, naming the pool.
-    asked = []
-    page.once("dialog", lambda dialog: (asked.append(dialog.message), dialog.accept()))
     page.get_by_role("button", name="Delete pool nightly").click()
+    answer_confirmation(page, says="Delete pool nightly in vision-lab?")
     expect(page.locator(".flash")).to_contain_text("Pool nightly is being deleted")
-    assert asked and "Delete pool nightly in vision-lab?" in asked[0]
     assert Pool.objects.get(pk=pool.pk).status == Pool.Status.DELETING

@@ -4,6 +4,7 @@ highlighted, bulk stop and terminate through the one action service, and a host'
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
 import pytest
 from django.contrib.messages import get_messages
@@ -22,7 +23,9 @@ def provisioned(order) -> list[Instance]:
 @pytest.fixture
 def hosts(clock, alice, place_order):
     """alice's three running on-demand g5.xlarge ($1.006/h each) from two orders."""
-    return provisioned(place_order(alice)) + provisioned(place_order(alice, count=2))
+    first = provisioned(place_order(alice))
+    clock.shift(timedelta(seconds=1))  # the second order is the newer one
+    return first + provisioned(place_order(alice, count=2))
 
 
 def signed_in(user) -> Client:

@@ -75,7 +75,7 @@ def test_finance_is_not_offered_what_it_cannot_do(client, fin, spend):
     text = html.text
     assert "Order hosts" not in text and "My hosts" not in text
     assert "live hosts of yours" not in text
-    assert _nav(html) == ["Dashboard", "Catalog", "Hosts", "Costs", "Budgets"]
+    assert _nav(html) == ["Dashboard", "Catalog", "Hosts", "Pools", "Costs", "Budgets"]
     hosts = _page(client, fin, "/hosts/")
     assert hosts.select_one("h1").text == "All hosts"
     assert not hosts.select('input[name="scope"][value="mine"]')
@@ -86,7 +86,7 @@ def test_a_researcher_sees_neither_overview(client, alice, spend):
     html = _page(client, alice)
     assert not html.select('[data-panel="spend"]') and not html.select('[data-panel="operations"]')
     assert "Order hosts" in html.text
-    assert _nav(html) == ["Dashboard", "Catalog", "My hosts", "Costs", "Budgets"]
+    assert _nav(html) == ["Dashboard", "Catalog", "My hosts", "Pools", "Costs", "Budgets"]
 
 
 def test_admin_home_shows_approvals_quota_pressure_and_hosts_by_state(
@@ -110,6 +110,7 @@ def test_admin_home_shows_approvals_quota_pressure_and_hosts_by_state(
         "Dashboard",
         "Catalog",
         "Hosts",
+        "Pools",
         "Costs",
         "Budgets",
         "Approvals 1",

@@ -26,7 +26,9 @@ PROBE = (
 def test_without_a_cache_url_each_process_caches_for_itself_and_sessions_stay_in_the_db(tmp_path):
     import json
 
-    found = json.loads(run_with_env({"PORTAL_VAR_DIR": str(tmp_path)}, PROBE).stdout)
+    found = json.loads(
+        run_with_env({"PORTAL_VAR_DIR": str(tmp_path), "DJANGO_DEBUG": "1"}, PROBE).stdout
+    )
     assert found["cache"]["BACKEND"].endswith("LocMemCache")
     assert found["sessions"] == "django.contrib.sessions.backends.db"
 
@@ -34,7 +36,11 @@ def test_without_a_cache_url_each_process_caches_for_itself_and_sessions_stay_in
 def test_a_cache_url_gives_every_process_redis_and_cached_sessions(tmp_path):
     import json
 
-    env = {"PORTAL_VAR_DIR": str(tmp_path), "PORTAL_CACHE_URL": "redis://cache.internal:6379/1"}
+    env = {
+        "PORTAL_VAR_DIR": str(tmp_path),
+        "DJANGO_DEBUG": "1",
+        "PORTAL_CACHE_URL": "redis://cache.internal:6379/1",
+    }
     found = json.loads(run_with_env(env, PROBE).stdout)
     assert found["cache"]["BACKEND"] == "django.core.cache.backends.redis.RedisCache"
     assert found["cache"]["LOCATION"] == "redis://cache.internal:6379/1"

@@ -14,6 +14,10 @@ from audit.redaction import redact_text
 
 current_request_id: ContextVar[str | None] = ContextVar("portal_request_id", default=None)
 
+# When the Celery task in progress began (time.perf_counter()), set by the task_prerun signal:
+# a task records its row inside the work, so its "took" is how long it had run by then.
+current_task_started: ContextVar[float | None] = ContextVar("portal_task_started", default=None)
+
 # A caller may name its own request id so that it can find its call in the log; it must be
 # short, printable and not look like a secret (it is stored and echoed back as it is).
 _SANE_REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{7,63}")

@@ -93,7 +93,8 @@ class AuditEvent(models.Model):
     @property
     def duration_known(self) -> bool:
         """A task or command records its row inside the work it records, before that work has
-        finished, so its duration is known only when its caller measured it and passed it."""
+        finished: a task's row holds how long the task had run by then; a command's (or any
+        other system row's) is known only when its caller measured it and passed it."""
         return not (self.is_system and self.duration_us == 0)
 
     @property

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import time
 from datetime import datetime, timedelta
 from functools import cache
 from importlib import metadata
@@ -21,7 +22,7 @@ from django.db.models import Max, Min, Q
 from django.utils import timezone
 
 from audit import chain, timing
-from audit.context import current_request_id, new_request_id
+from audit.context import current_request_id, current_task_started, new_request_id
 from audit.models import (
     AuditChainLink,
     AuditCheckpoint,
@@ -124,7 +125,7 @@ def audit_record_system(
     summary: dict[str, Any] | None = None,
     error: str = "",
     kind: str = "task",
-    duration_us: int = 0,
+    duration_us: int | None = None,
     request_id: str | None = None,
 ) -> AuditEvent:
     """Record a state change made by a Celery task or a management command.
@@ -133,7 +134,13 @@ def audit_record_system(
     into Celery tasks by their headers) or a new one. Call it inside the service's transaction
     so that the row exists exactly when the change does; after a rollback, call it again with
     ``outcome="error"``. Cheap: one INSERT. Not for beat ticks that change nothing.
+
+    ``duration_us``, unless the caller measured it: inside a Celery task, how long the task had
+    run when it recorded the change (at least 1 µs, so "measured" shows); elsewhere 0, unknown.
     """
+    if duration_us is None:
+        started = current_task_started.get()
+        duration_us = 0 if started is None else max(1, (time.perf_counter() - started) * 1e6)
     fields = {
         "time": timezone.now(),
         "request_id": request_id or current_request_id.get() or new_request_id(),

@@ -3,12 +3,14 @@
 Sign-in and sign-out change ``request.user`` under the middleware's feet, and a failed sign-in
 answers 200 with the form; the auth signals mark the request. An exception's class is noted
 for the row (never its message, which may quote the input). Celery carries the request id that
-caused a task in the task's headers and restores it while the task runs.
+caused a task in the task's headers and restores it while the task runs, with the moment the
+task began (its rows' "took").
 """
 
 from __future__ import annotations
 
 import sys
+import time
 from contextvars import Token
 
 from celery.signals import before_task_publish, task_postrun, task_prerun
@@ -16,10 +18,10 @@ from django.contrib.auth.signals import user_logged_in, user_logged_out, user_lo
 from django.core.signals import got_request_exception
 from django.dispatch import receiver
 
-from audit.context import current_request_id, new_request_id
+from audit.context import current_request_id, current_task_started, new_request_id
 
 TASK_HEADER = "portal_request_id"
-_task_tokens: dict[str, Token] = {}
+_task_tokens: dict[str, tuple[Token, Token]] = {}
 
 
 @receiver(user_logged_in, dispatch_uid="audit.login")
@@ -64,14 +66,19 @@ def _restore_request_id(sender=None, task_id=None, task=None, **kwargs):
     carried = getattr(context, TASK_HEADER, None) or headers.get(TASK_HEADER)
     request_id = carried or current_request_id.get() or new_request_id()
     if task_id is not None:
-        _task_tokens[task_id] = current_request_id.set(request_id)
+        _task_tokens[task_id] = (
+            current_request_id.set(request_id),
+            current_task_started.set(time.perf_counter()),
+        )
 
 
 @task_postrun.connect(dispatch_uid="audit.task_postrun")
 def _forget_request_id(sender=None, task_id=None, **kwargs):
-    token = _task_tokens.pop(task_id, None)
-    if token is not None:
+    tokens = _task_tokens.pop(task_id, None)
+    if tokens is not None:
         try:
-            current_request_id.reset(token)
+            current_request_id.reset(tokens[0])
+            current_task_started.reset(tokens[1])
         except ValueError:  # set in another context (a thread pool moved the task)
             current_request_id.set(None)
+            current_task_started.set(None)

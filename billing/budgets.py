@@ -29,7 +29,7 @@ from instances.services import instance_system_stop, pools_budget_stop
 from portal import permissions
 from portal.errors import Conflict, Forbidden
 from portal.models import Project, User
-from portal.services import notice_send
+from portal.services import limits_moved, notice_send
 from portal.templatetags.portal_tags import usd as usd_filter
 
 # Hosts that cost money now or will as soon as the cloud starts them.
@@ -322,6 +322,7 @@ def budget_set(
         if monthly_amount is None or monthly_amount == "":
             if budget is not None:
                 budget.delete()
+                limits_moved(project)
             return None
         try:
             amount = Decimal(str(monthly_amount))
@@ -353,6 +354,7 @@ def budget_set(
         budget.updated_by = actor
         budget.full_clean()
         budget.save()
+        limits_moved(project)
         _alerts_rearm(budget_status(project))
     return budget
 

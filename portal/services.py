@@ -11,6 +11,7 @@ from django.core.exceptions import ValidationError
 from django.core.mail import send_mail
 from django.db import transaction
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
 from portal import permissions
 from portal.errors import Forbidden
@@ -99,6 +100,12 @@ def membership_remove(*, project: Project, user: User) -> None:
 QUOTA_FIELDS = tuple(Quota.FIELDS)
 
 
+def limits_moved(project: Project) -> None:
+    """Tell the apps that act on a project's limits that they changed (PORTAL_LIMITS_MOVED)."""
+    for path in settings.PORTAL_LIMITS_MOVED:
+        import_string(path)(project=project)
+
+
 def _quota_values(quota: Quota) -> dict:
     return {name: getattr(quota, name) for name in QUOTA_FIELDS}
 
@@ -135,6 +142,7 @@ def quota_set(*, project: Project, actor: User, user: User | None = None, **valu
     after = _quota_values(quota)
     if after != before:
         QuotaChange.objects.create(quota=quota, changed_by=actor, before=before, after=after)
+        limits_moved(project)
     return quota
 
 
@@ -167,6 +175,7 @@ def quota_delete(*, quota: Quota, actor: User) -> None:
         raise Forbidden("Only admins change quotas.")
     QuotaChange.objects.create(quota=quota, changed_by=actor, before=_quota_values(quota), after={})
     quota.delete()
+    limits_moved(quota.project)
 
 
 @transaction.atomic

@@ -476,6 +476,9 @@ ORDER_LIMITS: list[str] = ["instances.quotas.quota_headroom"]
 # checks of the names a quota's limits use, run before a quota is saved.
 PORTAL_QUOTA_USAGE = "instances.quotas.usage_of"
 PORTAL_QUOTA_VALIDATORS: list[str] = ["instances.quotas.quota_catalog_problems"]
+# Run when a project's limits change (its quota set or removed, its budget set or removed), in
+# the changing transaction: callable(project=...). The pools held by a refusal retry at once.
+PORTAL_LIMITS_MOVED: list[str] = ["instances.services.pools_retry_now"]
 # The names the Quotas page offers in its rows: callable() -> portal.quota_rows.QuotaChoices.
 PORTAL_QUOTA_CHOICES = "instances.quotas.quota_choices"
 # The badge on the Approvals link: callable(user) -> how many held orders the user may decide.

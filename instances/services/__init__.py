@@ -100,6 +100,7 @@ from instances.services.pools import (
     pool_set_desired,
     pool_update,
     pools_budget_stop,
+    pools_retry_now,
 )
 from instances.services.queue import (
     enqueue,
@@ -212,6 +213,7 @@ __all__ = [
     "pool_set_desired",
     "pool_update",
     "pools_budget_stop",
+    "pools_retry_now",
     "reading_problem",
     "readings_ingest",
     "reconcile",

@@ -393,6 +393,15 @@ def pools_budget_stop(*, project: Project, reason: str) -> list[Pool]:
     return stopped
 
 
+def pools_retry_now(*, project: Project) -> int:
+    """A PORTAL_LIMITS_MOVED entry: a project's quota or budget just changed, so its pools held
+    by a refused scale-out try again at the next pass instead of at the end of their backoff.
+    The refusal streak stays: a pool still held says nothing new and sends no second notice."""
+    return Pool.objects.filter(
+        project=project, status=Pool.Status.ACTIVE, blocked_until__isnull=False
+    ).update(blocked_until=None)
+
+
 def pool_capacity_refused(*, instance: Instance) -> bool:
     """The cloud had no capacity for a pool host's market and type: the host ends (failed),
     and the pool leaves that market and type alone for PORTAL_POOL_CAPACITY_HOLD_SECONDS, so

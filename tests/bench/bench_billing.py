@@ -567,10 +567,10 @@ def _refresh_vs_rebuild(report, rebuild: float) -> None:
             cursor.execute(
                 "INSERT INTO billing_rollupdelta (day, project_id, user_id, instance_type_id, "
                 "gpu_model, market, seconds, billed_seconds, gpu_seconds, cost_rs, "
-                "list_cost_rs, pieces) SELECT day, project_id, user_id, instance_type_id, "
-                "gpu_model, market, seconds, billed_seconds, gpu_seconds, cost_rs, "
-                "list_cost_rs, 1 FROM billing_usage WHERE day = %s AND start >= %s "
-                "AND start < %s",
+                "list_cost_rs, pool_key, pieces) SELECT day, project_id, user_id, "
+                "instance_type_id, gpu_model, market, seconds, billed_seconds, gpu_seconds, "
+                "cost_rs, list_cost_rs, pool_key, 1 FROM billing_usage "
+                "WHERE day = %s AND start >= %s AND start < %s",
                 [
                     NEXT_DAY,
                     START + timedelta(hours=HOURS + hour),

@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 from django.core.exceptions import ValidationError
 
+from billing.budgets import budget_set
 from instances import services
 from instances.models import Instance, InstanceType, Order, Pool, PoolEvent
 from instances.services.pool_plan import Host, mix, plan
@@ -224,11 +225,32 @@ def test_quota_holds_the_pool_at_4_of_6_then_raising_it_lets_the_pool_reach_6(
         services.autoscale()
     assert pool.events.filter(kind=PoolEvent.Kind.REFUSED).count() == 1
     assert Notice.objects.filter(user=alice, subject__contains="cannot grow").count() == 1
+    pool.refresh_from_db()
+    assert pool.blocked_until > clock.now + timedelta(minutes=1)  # backing off
     quota_set(project=vision, actor=ada, max_gpus=8)
-    clock.shift(timedelta(minutes=20))
+    # The limit moved: the next pass tries at once, not at the end of the backoff.
+    pool.refresh_from_db()
+    assert pool.blocked_until is None
+    clock.shift(timedelta(seconds=30))
     assert len(services.autoscale().launched) == 2
     provision_all()
     assert len(alive(pool, status=S.RUNNING)) == 6
+    assert Notice.objects.filter(user=alice, subject__contains="cannot grow").count() == 1
+
+
+def test_a_raised_budget_ends_the_backoff_of_a_pool_it_held(make_pool, projects, ada, fin, clock):
+    vision = projects["vision-lab"]
+    budget_set(project=vision, actor=ada, monthly_amount="1.00", policy="block_all")
+    pool = make_pool(desired=2)
+    report = services.autoscale()
+    assert report.launched == []
+    pool.refresh_from_db()
+    assert pool.blocked_until is not None
+    assert pool.events.get(kind=PoolEvent.Kind.REFUSED).message.startswith("budget holds pool")
+    budget_set(project=vision, actor=fin, monthly_amount="100000.00")
+    pool.refresh_from_db()
+    assert pool.blocked_until is None
+    assert len(services.autoscale().launched) == 2
 
 
 def test_a_lowered_quota_stops_growth_but_ends_nothing(make_pool, projects, ada, alice, clock):

@@ -3,9 +3,11 @@ with the sentence as a message, or a form shown again (portal.pages notes it for
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import pytest
+from celery import shared_task
 
 from audit.models import AuditEvent
 from audit.services import audit_record_system
@@ -61,13 +63,25 @@ def test_a_quota_form_sent_back_is_recorded_denied(client, ada, catalog, project
     assert (row.status, row.outcome) == (400, "denied")
 
 
-def test_a_task_row_shows_a_dash_not_zero_ms(client, ada):
-    audit_record_system(name="meter", action="meter")
+@shared_task
+def _records_after_a_while() -> None:
+    time.sleep(0.004)
+    audit_record_system(name="slow-task", action="slow")
+
+
+def test_a_task_row_says_how_long_the_task_had_run_and_unmeasured_rows_show_a_dash(client, ada):
+    audit_record_system(name="meter", action="meter")  # outside any task: not measured
     audit_record_system(name="export", action="export", duration_us=2500)
+    _records_after_a_while.apply()  # a real task run: the signals start its clock
+    row = AuditEvent.objects.get(action="slow")
+    assert 4_000 <= row.duration_us < 5_000_000
+    assert AuditEvent.objects.get(action="meter").duration_us == 0
     client.force_login(ada)
     page = client.get("/audit/?method=TASK").content.decode()
     assert "0.0 ms" not in page
     assert "2.5 ms" in page
+    assert f"{row.duration_us / 1000:.1f} ms" in page
+    assert "How long the task had run when it recorded this" in page
     assert "its duration was not measured" in page
 
 

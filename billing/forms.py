@@ -177,6 +177,11 @@ def visible_users(viewer):
     )
 
 
+# The range the Costs page opens on: a rolling window, so that on the 1st of a month the page is
+# not empty; "This month" is one click away.
+OPENING_RANGE = "Last 30 days"
+
+
 def presets(today: date) -> list[tuple[str, date, date]]:
     """Quick ranges the Costs page offers."""
     first = today.replace(day=1)

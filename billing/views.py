@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib import messages
 from django.db.models import Count
-from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -15,7 +15,7 @@ from audit.csv_stream import csv_lines
 from billing.api import streamed_csv
 from billing.budgets import budget_set, budget_statuses
 from billing.cur import cur_import, cur_import_s3
-from billing.forms import BudgetForm, CurUploadForm, ReportForm, presets
+from billing.forms import OPENING_RANGE, BudgetForm, CurUploadForm, ReportForm, presets
 from billing.models import Budget, BudgetAlert, CurImport, CurResult
 from billing.money import dollars
 from billing.reports import GRANULARITIES, GROUPS, cost_report, last_metered_at
@@ -26,8 +26,18 @@ from portal.models import Membership, Project
 from portal.pages import forbidden, form_errors, service_errors
 
 
+def _page_params(request: HttpRequest) -> QueryDict:
+    """The page's query: the range asked for, else the OPENING_RANGE preset (the API keeps its
+    own default, this month)."""
+    params = request.GET.copy()
+    if not params.get("start") and not params.get("end"):
+        _, start, end = next(p for p in presets(timezone.now().date()) if p[0] == OPENING_RANGE)
+        params["start"], params["end"] = start.isoformat(), end.isoformat()
+    return params
+
+
 def _valid_form(request: HttpRequest) -> ReportForm:
-    form = ReportForm(request.GET, viewer=request.user)
+    form = ReportForm(_page_params(request), viewer=request.user)
     form.is_valid()
     return form
 
@@ -76,7 +86,7 @@ def costs(request: HttpRequest) -> HttpResponse:
         "spot": [str(f.spot) for _, f in report.periods],
         "granularity": query.granularity,
     }
-    params = request.GET.copy()
+    params = _page_params(request)
     context.update(
         query=query,
         report=report,

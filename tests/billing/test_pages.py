@@ -219,3 +219,19 @@ def test_costs_says_nothing_of_metering_before_the_first_pass(client, fin, clock
     assert last_metered_at() is None
     _, soup = page(client, fin, "/costs/")
     assert "metered" not in soup.select_one(".page-head").text
+
+
+def test_costs_opens_on_the_last_30_days_so_the_1st_of_a_month_is_not_empty(
+    client, fin, boundary_clock
+):
+    today = boundary_clock.now.date()
+    start = today - timedelta(days=29)
+    _, soup = page(client, fin, "/costs/")
+    assert soup.select_one("input[name=start]")["value"] == start.isoformat()
+    assert soup.select_one("input[name=end]")["value"] == today.isoformat()
+    assert soup.select_one(".preset.active").text == "Last 30 days"
+    assert f"start={start.isoformat()}" in soup.select_one("#download-csv")["href"]
+    # The API keeps its documented default: this month.
+    client.force_login(fin)
+    body = client.get("/api/v1/costs/").json()
+    assert body["start"] == today.replace(day=1).isoformat()

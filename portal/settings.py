@@ -696,4 +696,8 @@ LOGGING["formatters"] = {
     "json": {"()": "audit.logs.JsonFormatter"},
 }
 LOGGING["handlers"]["console"].update(formatter=PORTAL_LOG_FORMAT, filters=["request_id"])
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    # kombu warns "No hostname was supplied" each time it copies a connection whose URL has no
+    # host, which a folder never has: noise in make run's output every few seconds.
+    LOGGING["loggers"]["kombu.connection"] = {"level": "ERROR"}
 # --- end of operations settings ----------------------------------------------------------------

@@ -120,8 +120,9 @@ def instance_type_sync(
 
 
 @transaction.atomic
-def image_upsert(*, row: dict) -> tuple[Image, bool]:
-    """Create or update an image from a row of images.json (or the same shape)."""
+def image_upsert(*, row: dict) -> tuple[Image, str]:
+    """Create or update an image from a row of images.json (or the same shape); says which:
+    ``"created"``, ``"updated"`` or ``"unchanged"`` (an unchanged image is not written)."""
     fields = {
         key: row[key]
         for key in (
@@ -136,12 +137,15 @@ def image_upsert(*, row: dict) -> tuple[Image, bool]:
         )
     }
     image = Image.objects.filter(name=row["name"]).first() or Image(name=row["name"])
-    created = image.pk is None
+    state = "created" if image.pk is None else "unchanged"
     for key, value in fields.items():
-        setattr(image, key, value)
-    image.full_clean()
-    image.save()
-    return image, created
+        if getattr(image, key) != value:
+            setattr(image, key, value)
+            state = "updated" if state == "unchanged" else state
+    if state != "unchanged":
+        image.full_clean()
+        image.save()
+    return image, state
 
 
 @transaction.atomic

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 from django.conf import settings
@@ -48,8 +49,8 @@ class Command(BaseCommand):
         )
         for type_name, reason in sorted(report.skipped.items()):
             self.stderr.write(f"skipped {type_name}: {reason}")
-        images = [image_upsert(row=row) for row in image_rows()]
-        created = sum(1 for _, was_created in images if was_created)
+        images = Counter(state for _, state in (image_upsert(row=row) for row in image_rows()))
+        created = images["created"]
         audit_record_system(
             name="sync_catalog",
             kind="command",
@@ -65,5 +66,6 @@ class Command(BaseCommand):
         )
         self.stdout.write(
             f"Instance types ({name}): {report.summary()}. "
-            f"Images: {created} created, {len(images) - created} updated."
+            f"Images: {created} created, {images['updated']} updated, "
+            f"{images['unchanged']} unchanged."
         )

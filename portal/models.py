@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from django.contrib.auth.models import AbstractUser, UserManager
 from django.db import models
+from django.utils import timezone
 
 
 class User(AbstractUser):
@@ -268,6 +269,8 @@ class Notice(models.Model):
     # a POST to a portal page, which checks permission and state as its own button does.
     action_label = models.CharField(max_length=40, blank=True)
     action_url = models.CharField(max_length=300, blank=True)
+    # When the button stops making sense (an idle warning's stop time); none: it always does.
+    action_until = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     read_at = models.DateTimeField(null=True, blank=True)
 
@@ -277,6 +280,13 @@ class Notice(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user}: {self.subject}"
+
+    @property
+    def action_open(self) -> bool:
+        """Whether the notice shows its button: it has one and its moment has not passed."""
+        return bool(self.action_url) and (
+            self.action_until is None or timezone.now() < self.action_until
+        )
 
 
 class ApiToken(models.Model):

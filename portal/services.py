@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -239,12 +239,20 @@ def notice_send(
     body: str = "",
     link: str = "",
     action: tuple[str, str] | None = None,
+    action_until: datetime | None = None,
 ) -> Notice:
     """A notice in the portal, and an email once the transaction commits. ``action`` is a
-    (label, URL) button on the notice: the URL is a portal page answering a POST."""
+    (label, URL) button on the notice: the URL is a portal page answering a POST; it is shown
+    until ``action_until`` (when given), after which pressing it could only be refused."""
     label, url = action or ("", "")
     notice = Notice.objects.create(
-        user=user, subject=subject[:200], body=body, link=link, action_label=label, action_url=url
+        user=user,
+        subject=subject[:200],
+        body=body,
+        link=link,
+        action_label=label,
+        action_url=url,
+        action_until=action_until if action else None,
     )
     if user.email:
         transaction.on_commit(

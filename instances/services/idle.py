@@ -173,6 +173,7 @@ def _warn(instance_id, policy: IdlePolicy, now: datetime) -> bool:
             f"{policy.snooze_hours} h.",
             link=link,
             action=("Keep running", reverse("host-keep-running", args=[instance.pk])),
+            action_until=stop_at,
         )
     return True
 

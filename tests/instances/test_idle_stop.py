@@ -219,3 +219,18 @@ def test_the_idle_warning_notice_has_its_own_keep_running_button(
     assert row.idle_stop_at is None
     assert row.idle_snoozed_until == clock.now + timedelta(hours=2)
     assert _minutes(clock, 30).stopped == []
+
+
+def test_the_keep_running_button_leaves_the_notice_once_the_stop_time_has_passed(
+    clock, running_host, idle_policy, alice, client
+):
+    host = running_host()
+    _profile(host, "idle", clock)
+    assert _minutes(clock, 26).warned == [str(host.pk)]
+    stop_at = Instance.objects.get(pk=host.pk).idle_stop_at
+    client.force_login(alice)
+    assert ">Keep running</button>" in client.get("/dashboard/").content.decode()
+    clock.shift(stop_at - clock.now)
+    page = client.get("/dashboard/").content.decode()
+    assert "will be stopped at" in page  # the notice stays, its button goes
+    assert ">Keep running</button>" not in page

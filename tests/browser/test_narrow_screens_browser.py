@@ -46,6 +46,19 @@ def overflow(page) -> dict:
     )
 
 
+def crushed_buttons(page) -> list[str]:
+    """Visible buttons with words squeezed into a column of letters (taller than three lines;
+    the admin's sidebar toggle, a bar without words, is tall by design)."""
+    return page.evaluate(
+        """() => [...document.querySelectorAll("button, .button, summary.button")]
+          .filter((e) => e.offsetParent !== null && e.textContent.trim())
+          .filter((e) => e.getBoundingClientRect().height > 60)
+          .slice(0, 5)
+          .map((e) => `${e.textContent.trim().slice(0, 30)} ${Math.round(
+            e.getBoundingClientRect().width)}x${Math.round(e.getBoundingClientRect().height)}`)"""
+    )
+
+
 @pytest.mark.parametrize(("username", "role"), PERSONAS)
 def test_every_page_fits_a_phone_and_a_desktop(username, role, new_context, browser_log, world):
     page = new_context().new_page()
@@ -69,6 +82,9 @@ def test_every_page_fits_a_phone_and_a_desktop(username, role, new_context, brow
                     f"{width}px {path}: page is {measured['scroll']} px wide, "
                     f"{measured['culprits']}"
                 )
+            crushed = crushed_buttons(page)
+            if crushed:
+                problems.append(f"{width}px {path}: buttons crushed into a column: {crushed}")
             # The browser logs the 403 of a page that refuses (finance's order page) itself.
             refused = f"status of {response.status}" if response.status != 200 else None
             problems += [

@@ -7,7 +7,8 @@ then: order (``order_submit``; an admin approves what needs approval), stop and 
 the idle stop, lease expiry, metering, rollups and budget checks. The tasks those services send
 are held (``enqueue_held``) and done at once by the services the worker would run
 (``instance_provision``, ``instance_cloud_action``), so the simulated cloud's times, and so the
-metered seconds, are those of the moved clock.
+metered seconds, are those of the moved clock. Over its last days the autoscaler runs too, so
+the demo's pool has followed its schedule.
 
 The script comes from a seeded random generator and the day the history ends, so it is the
 same on every machine that day. Played once: a second run finds its orders and says unchanged.
@@ -80,6 +81,11 @@ PRICE_CUT = ("p4d.24xlarge", Decimal("37.6885"), 24)
 IDLE_STOPS = 5
 IDLE = {"vision-lab"}  # the projects seed_demo gives an idle policy
 BEAT_DAYS = 3
+# The autoscaler's passes over the last hours of the past, so the demo's pool (demo/pools.py)
+# opens with its schedule at work on its chart and in its events: four days hold at least one
+# working day's 09:00 to 21:00 in Berlin whatever day the demo opens.
+POOL_HOURS = 96
+POOL_PASS = timedelta(minutes=5)
 INTERRUPTIONS = 8
 
 
@@ -114,6 +120,11 @@ def plan(start: datetime, end: datetime, prices: dict[str, Decimal]) -> list[Ses
                 rate = float(prices[name]) * (SPOT_SHARE if market == "spot" else 1.0)
                 planned += rate * hours * count
                 ending = _ending(rng, market, budget_left, day, start, idle_stop=project in IDLE)
+                policy = rng.choice(["relaunch_spot", "notify"]) if market == "spot" else ""
+                if ending == "interrupt" and budget_left["interrupt"] % 2 == 0:
+                    # Every other interruption relaunches, whatever the dice said: the past
+                    # always shows a replacement, on any day it is played.
+                    policy = "relaunch_spot"
                 sessions.append(
                     Session(
                         number=next(number),
@@ -125,7 +136,7 @@ def plan(start: datetime, end: datetime, prices: dict[str, Decimal]) -> list[Ses
                         market=market,
                         count=count,
                         ending=ending,
-                        policy=rng.choice(["relaunch_spot", "notify"]) if market == "spot" else "",
+                        policy=policy,
                     )
                 )
         day += timedelta(days=1)
@@ -320,6 +331,15 @@ class Past:
         telemetry_collect(now=self.now)
         self.stats["idle stops"] += len(services.idle_check(now=self.now).stopped)
 
+    def autoscale(self, until: datetime) -> None:
+        """Beat's autoscaler pass, every POOL_PASS until ``until``: the pools follow their
+        schedules, their launches and ends done as the worker would."""
+        report = services.autoscale(now=self.now)
+        self.stats["pool hosts launched"] += len(report.launched)
+        self.work()
+        if self.now + POOL_PASS < until:
+            self.at(self.now + POOL_PASS, lambda: self.autoscale(until))
+
 
 def demo_ssh_key(username: str) -> str:
     """A person's demo public key: an Ed25519 key drawn from their name (no private key is kept
@@ -367,6 +387,7 @@ def _play(start: datetime, now: datetime, out: Callable[[str], None], before: Ca
         cut_day = start + timedelta(days=DAYS - PRICE_CUT[2], hours=9)
         past.at(cut_day, lambda: price_cut_apply(PRICE_CUT))
         past.at(start + timedelta(minutes=5), lambda: past.daily(start))
+        past.at(now - timedelta(hours=POOL_HOURS), lambda: past.autoscale(now))
         present_build(past, now)
         past.play(now)
         past.move(now)

@@ -13,7 +13,7 @@ from django.db.models import Max, Min
 
 from billing.models import BudgetAlert, CurImport, DailyRollup, ListPrice, Usage
 from demo.history import DAYS, KEY_PREFIX, history_start
-from instances.models import Instance, InstanceEvent, Order
+from instances.models import Instance, InstanceEvent, Order, Pool, PoolEvent
 
 pytestmark = pytest.mark.django_db
 
@@ -70,6 +70,13 @@ def the_history_has_interruptions_idle_stops_a_price_change_and_budget_alerts():
     )
     assert p4d[0] == Decimal("37.6885") and p4d[-1] < p4d[0]
     assert BudgetAlert.objects.filter(threshold=80).exists()
+    # The pool followed its schedule over the last days: grown on a working day, shrunk at
+    # night, a sample each pass for its chart.
+    pool = Pool.objects.get(name="notebooks")
+    kinds = set(pool.events.values_list("kind", flat=True))
+    assert {PoolEvent.Kind.SCHEDULE, PoolEvent.Kind.LAUNCHED} <= kinds
+    assert Instance.objects.filter(pool=pool).exists()
+    assert pool.samples.count() >= 24 * 12
     # Some hosts run on when the demo opens, and an order waits for an admin.
     assert Instance.objects.filter(status=Instance.Status.RUNNING).count() >= 2
     assert Order.objects.filter(status=Order.Status.PENDING_APPROVAL).exists()

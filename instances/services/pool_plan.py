@@ -96,9 +96,9 @@ def plan(
     left_od, left_spot = list(on_demand), list(spot)
     for _ in range(max(0, surplus)):
         if len(left_spot) > want_spot or (len(left_od) <= want_od and left_spot):
-            group, why = left_spot, "spot above the pool's share"
+            group, why = left_spot, "spot hosts go first"
         else:
-            group, why = left_od, "on-demand above the pool's share"
+            group, why = left_od, "on-demand above the mix's share"
         if not group:
             break
         # Hosts still starting first, then the idle and least-utilised (unknown counts as busy).
@@ -115,7 +115,7 @@ def plan(
                 break  # never below desired running hosts: wait for the new ones to run
             running -= 1
         group.remove(host)
-        result.end.append((host, f"scale-in: {why}"))
+        result.end.append((host, f"scale-in to desired {desired}, {why}"))
     return result
 
 

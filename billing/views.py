@@ -36,8 +36,8 @@ def _page_params(request: HttpRequest) -> QueryDict:
     return params
 
 
-def _valid_form(request: HttpRequest) -> ReportForm:
-    form = ReportForm(_page_params(request), viewer=request.user)
+def _valid_form(request: HttpRequest, params: QueryDict) -> ReportForm:
+    form = ReportForm(params, viewer=request.user)
     form.is_valid()
     return form
 
@@ -46,7 +46,8 @@ def _valid_form(request: HttpRequest) -> ReportForm:
 def costs(request: HttpRequest) -> HttpResponse:
     """The cost report: range, grouping, granularity; totals, split, savings, chart, table."""
     user = request.user
-    form = _valid_form(request)
+    params = _page_params(request)
+    form = _valid_form(request, params)
     today = timezone.now().date()
     context = {
         "form": form,
@@ -86,7 +87,6 @@ def costs(request: HttpRequest) -> HttpResponse:
         "spot": [str(f.spot) for _, f in report.periods],
         "granularity": query.granularity,
     }
-    params = _page_params(request)
     context.update(
         query=query,
         report=report,
@@ -101,7 +101,7 @@ def costs(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 def costs_csv(request: HttpRequest) -> HttpResponse:
-    form = _valid_form(request)
+    form = _valid_form(request, _page_params(request))
     if not form.is_valid():
         return HttpResponse(
             "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()),

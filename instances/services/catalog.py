@@ -137,15 +137,15 @@ def image_upsert(*, row: dict) -> tuple[Image, str]:
         )
     }
     image = Image.objects.filter(name=row["name"]).first() or Image(name=row["name"])
-    state = "created" if image.pk is None else "unchanged"
-    for key, value in fields.items():
-        if getattr(image, key) != value:
-            setattr(image, key, value)
-            state = "updated" if state == "unchanged" else state
-    if state != "unchanged":
-        image.full_clean()
-        image.save()
-    return image, state
+    created = image.pk is None
+    changed = {key: value for key, value in fields.items() if getattr(image, key) != value}
+    if not created and not changed:
+        return image, "unchanged"
+    for key, value in changed.items():
+        setattr(image, key, value)
+    image.full_clean()
+    image.save()
+    return image, "created" if created else "updated"
 
 
 @transaction.atomic

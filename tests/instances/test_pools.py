@@ -14,8 +14,8 @@ from instances import services
 from instances.models import Instance, InstanceType, Order, Pool, PoolEvent
 from instances.services.pool_plan import Host, mix, plan
 from portal.errors import Conflict, Forbidden
-from portal.models import ApprovalPolicy, Notice
-from portal.services import quota_set
+from portal.models import ApprovalPolicy, Notice, Quota
+from portal.services import quota_delete, quota_set
 from tests.instances.pool_helpers import alive, provision_all, settle_terminations
 
 S = Instance.Status
@@ -238,6 +238,31 @@ def test_quota_holds_the_pool_at_4_of_6_then_raising_it_lets_the_pool_reach_6(
     assert Notice.objects.filter(user=alice, subject__contains="cannot grow").count() == 1
 
 
+def _held_by_quota(make_pool, projects, ada) -> Pool:
+    quota_set(project=projects["vision-lab"], actor=ada, max_gpus=1)
+    pool = make_pool(desired=2)
+    services.autoscale()
+    pool.refresh_from_db()
+    assert pool.blocked_until is not None
+    return pool
+
+
+def test_removing_the_quota_ends_the_backoff_and_the_pool_grows(make_pool, projects, ada, clock):
+    pool = _held_by_quota(make_pool, projects, ada)
+    quota_delete(quota=Quota.objects.get(project=projects["vision-lab"]), actor=ada)
+    pool.refresh_from_db()
+    assert pool.blocked_until is None
+    assert len(services.autoscale().launched) == 1
+
+
+def test_a_quota_saved_unchanged_leaves_the_backoff_alone(make_pool, projects, ada, clock):
+    pool = _held_by_quota(make_pool, projects, ada)
+    held_until = pool.blocked_until
+    quota_set(project=projects["vision-lab"], actor=ada, max_gpus=1)
+    pool.refresh_from_db()
+    assert pool.blocked_until == held_until
+
+
 def test_a_raised_budget_ends_the_backoff_of_a_pool_it_held(make_pool, projects, ada, fin, clock):
     vision = projects["vision-lab"]
     budget_set(project=vision, actor=ada, monthly_amount="1.00", policy="block_all")
@@ -248,6 +273,17 @@ def test_a_raised_budget_ends_the_backoff_of_a_pool_it_held(make_pool, projects,
     assert pool.blocked_until is not None
     assert pool.events.get(kind=PoolEvent.Kind.REFUSED).message.startswith("budget holds pool")
     budget_set(project=vision, actor=fin, monthly_amount="100000.00")
+    pool.refresh_from_db()
+    assert pool.blocked_until is None
+    assert len(services.autoscale().launched) == 2
+
+
+def test_removing_the_budget_ends_the_backoff_too(make_pool, projects, ada, clock):
+    vision = projects["vision-lab"]
+    budget_set(project=vision, actor=ada, monthly_amount="1.00", policy="block_all")
+    pool = make_pool(desired=2)
+    assert services.autoscale().launched == []
+    budget_set(project=vision, actor=ada, monthly_amount=None)
     pool.refresh_from_db()
     assert pool.blocked_until is None
     assert len(services.autoscale().launched) == 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -198,3 +199,22 @@ def test_the_readme_and_env_example_state_the_signing_key_rule():
     for document in ("README.md", ".env.example"):
         text = " ".join((ROOT / document).read_text().split())
         assert "at least 32 bytes" in text, document
+
+
+KOMBU_PROBE = (
+    "import logging, django; django.setup(); "
+    "print(logging.getLogger('kombu.connection').getEffectiveLevel())"
+)
+
+
+@pytest.mark.parametrize(
+    ("broker", "silenced"), [("filesystem://", True), ("redis://127.0.0.1:6379/9", False)]
+)
+def test_kombus_no_hostname_warning_is_silenced_only_for_the_folder_broker(
+    tmp_path, broker, silenced
+):
+    env = {"PORTAL_VAR_DIR": str(tmp_path), "DJANGO_DEBUG": "1", "CELERY_BROKER_URL": broker}
+    answer = run_with_env(env, KOMBU_PROBE)
+    assert answer.returncode == 0, answer.stderr[-2000:]
+    level = int(answer.stdout.strip().splitlines()[-1])
+    assert (level > logging.WARNING) is silenced

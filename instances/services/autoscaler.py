@@ -136,9 +136,7 @@ def autoscale(*, now: datetime | None = None) -> AutoscaleReport:
             if pool.status == Pool.Status.DELETING:
                 _finish_deleting(pool, pool_hosts, now, events, report)
             else:
-                for schedule in schedules[pool.pk]:
-                    if _schedule_fire(pool, schedule, now, events):
-                        changed_schedules.append(schedule)
+                changed_schedules += _schedules_fire(pool, schedules[pool.pk], now, events)
                 _target_track(pool, pool_hosts, series.get(pool.pk, {}), now, events)
                 _converge(pool, pool_hosts, types, now, events, report)
                 samples.append(_sample(pool, pool_hosts, quotas, now))
@@ -178,17 +176,37 @@ def _set_desired(pool: Pool, value: int, *, kind, why: str, now, events) -> bool
     return True
 
 
-def _schedule_fire(pool: Pool, schedule: PoolSchedule, now: datetime, events) -> bool:
-    """Apply a scheduled action whose time came since its last run (a beat that was down for
-    hours applies the latest one, once)."""
+def _schedules_fire(
+    pool: Pool, schedules: list[PoolSchedule], now: datetime, events
+) -> list[PoolSchedule]:
+    """Apply the scheduled actions whose time came since their last run, in the order they
+    were due: after a beat that was down for hours, the evening's "desired 0" lands after the
+    morning's "desired 4" whichever schedule was made first. Each schedule fires once (its
+    latest time). Returns the schedules that fired."""
+    due = []
+    for schedule in schedules:
+        fired = _schedule_due(schedule, now)
+        if fired is not None:
+            due.append((fired, schedule))
+    due.sort(key=lambda pair: (pair[0], pair[1].pk))
+    for fired, schedule in due:
+        _schedule_apply(pool, schedule, fired, now, events)
+    return [schedule for _, schedule in due]
+
+
+def _schedule_due(schedule: PoolSchedule, now: datetime) -> datetime | None:
+    """The latest time the schedule names since its last run (at most a day back), or None."""
     try:
         parsed, tz = cron.parse(schedule.cron), cron.zone(schedule.timezone)
     except ValidationError:
-        return False  # checked when saved; a zone retired since then just stops firing
+        return None  # checked when saved; a zone retired since then just stops firing
     after = max(schedule.last_run_at, now - timedelta(days=1))
-    fired = cron.last_fire(parsed, tz, after=after, until=now)
-    if fired is None:
-        return False
+    return cron.last_fire(parsed, tz, after=after, until=now)
+
+
+def _schedule_apply(
+    pool: Pool, schedule: PoolSchedule, fired: datetime, now: datetime, events
+) -> None:
     schedule.last_run_at = now
     if schedule.max_size is not None:
         pool.max_size = min(schedule.max_size, pool.approved_max or schedule.max_size)
@@ -208,7 +226,6 @@ def _schedule_fire(pool: Pool, schedule: PoolSchedule, now: datetime, events) ->
         old=old,
         new=pool.desired,
     )
-    return True
 
 
 def _target_track(pool: Pool, hosts: list[Host], minutes: dict, now: datetime, events) -> None:
@@ -310,40 +327,51 @@ def _converge(pool: Pool, hosts: list[Host], types: dict, now: datetime, events,
 
 def _launch(pool: Pool, hosts, wanted, now: datetime, events, report) -> None:
     """Admit as many of the wanted hosts as the limits allow (the project row stays locked
-    until the pass commits), create their rows and send their launches on commit."""
-    total = sum(n for _, _, n in wanted)
+    until the pass commits), create their rows and send their launches on commit.
+
+    Each part of the launch (a market and the type it launches on) is checked as what it is:
+    its market for the budget's policy and the quota's markets, its type for the quota's
+    types, its price for the budget. On-demand goes first, the dearer part and the one a
+    budget may refuse alone; its rows are written before the spot part is checked, so the
+    checks count them, and a spot part still launches when on-demand is refused."""
     order = pool.launch_order
     base = order_request_of(order)
-    market = wanted[0][0]  # on-demand first: the dearer market is the one a budget refuses
+    rows: list[Instance] = []
+    refused = None
+    for market, instance_type, wanted_count in wanted:
 
-    def refusal(count: int):
-        request = dataclasses.replace(
-            base,
-            count=count,
-            market=market,
-            estimate=order_estimate(
-                instance_type=pool.instance_type,
-                market=market,
+        def refusal(count: int, market=market, instance_type=instance_type):
+            request = dataclasses.replace(
+                base,
                 count=count,
-                lease_hours=order.lease_hours,
-            ),
-        )
-        return admission_refusal(request)
+                market=market,
+                instance_type=instance_type,
+                estimate=order_estimate(
+                    instance_type=instance_type,
+                    market=market,
+                    count=count,
+                    lease_hours=order.lease_hours,
+                ),
+            )
+            return admission_refusal(request)
 
-    refused = refusal(total)
-    admitted = total
-    if refused is not None:
-        low, high = 0, total - 1  # the largest count that fits, by halves
-        while low < high:
-            middle = (low + high + 1) // 2
-            if refusal(middle) is None:
-                low = middle
-            else:
-                high = middle - 1
-        admitted = low
+        admitted = wanted_count
+        part_refused = refusal(wanted_count)
+        if part_refused is not None:
+            refused = refused or part_refused
+            low, high = 0, wanted_count - 1  # the largest count that fits, by halves
+            while low < high:
+                middle = (low + high + 1) // 2
+                if refusal(middle) is None:
+                    low = middle
+                else:
+                    high = middle - 1
+            admitted = low
+        if admitted:
+            rows += _create_hosts(pool, market, instance_type, admitted, now)
+    admitted = len(rows)
     counted = sum(1 for h in hosts if h.status in SERVING and not h.leaving)
     if admitted:
-        rows = _create_hosts(pool, wanted, admitted, now)
         report.launched += [str(r.pk) for r in rows]
         by_market = defaultdict(int)
         for row in rows:
@@ -380,31 +408,30 @@ def _launch(pool: Pool, hosts, wanted, now: datetime, events, report) -> None:
     pool.blocked_until = now + timedelta(seconds=wait)
 
 
-def _create_hosts(pool: Pool, wanted, admitted: int, now: datetime) -> list[Instance]:
+def _create_hosts(
+    pool: Pool, market: str, instance_type: InstanceType, count: int, now: datetime
+) -> list[Instance]:
     """The admitted hosts' rows (ClientToken fixed now, before any cloud call), their first
     events, and their launches sent once the pass commits."""
     order = pool.launch_order
     rows = []
-    for market, instance_type, count in wanted:
-        for _ in range(count):
-            if len(rows) == admitted:
-                break
-            pk = uuid.uuid4()
-            rows.append(
-                Instance(
-                    id=pk,
-                    order=order,
-                    project=pool.project,
-                    owner=pool.created_by,
-                    instance_type=instance_type,
-                    image_id=pool.image_id,
-                    market=market,
-                    region=order.region,
-                    client_token=f"portal-{pk.hex}",
-                    status_changed_at=now,
-                    pool=pool,
-                )
+    for _ in range(count):
+        pk = uuid.uuid4()
+        rows.append(
+            Instance(
+                id=pk,
+                order=order,
+                project=pool.project,
+                owner=pool.created_by,
+                instance_type=instance_type,
+                image_id=pool.image_id,
+                market=market,
+                region=order.region,
+                client_token=f"portal-{pk.hex}",
+                status_changed_at=now,
+                pool=pool,
             )
+        )
     Instance.objects.bulk_create(rows)
     InstanceEvent.objects.bulk_create(
         InstanceEvent(

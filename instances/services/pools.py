@@ -229,7 +229,19 @@ def pool_update(*, pool: Pool, user: User, **changes) -> Pool:
             raise ValidationError(errors)
         said = []
         new_max = values["max_size"]
-        if new_max > row.approved_max and row.status == Pool.Status.ACTIVE:
+        waiting = (
+            Order.objects.filter(pool=row, status=Order.Status.PENDING_APPROVAL).first()
+            if changes.get("max_size", row.max_size) != row.max_size
+            and row.status == Pool.Status.ACTIVE
+            else None
+        )
+        # Until an approver decides, the pool keeps its max (and sizes within it).
+        held = False
+        if waiting is not None and waiting.count == new_max:
+            held = True  # asked again while it waits: the one held order stands
+        elif new_max > row.approved_max and row.status == Pool.Status.ACTIVE:
+            if waiting is not None:
+                said += held_orders_cancel(row, user, f"superseded by max {new_max}")
             request = pool_order_request(
                 user=user,
                 project=row.project,
@@ -244,11 +256,12 @@ def pool_update(*, pool: Pool, user: User, **changes) -> Pool:
             _, approval = pool_order_place(row, request, user=user)
             if approval:
                 said.append(f"max {new_max} waits for approval ({approval})")
-                values["max_size"] = row.max_size
-                values["desired"] = min(values["desired"], row.max_size)
-                values["min_size"] = min(values["min_size"], row.max_size)
+                held = True
             else:
                 row.approved_max = new_max
+        elif waiting is not None:
+            # Lowered to what was approved: the raise that waits is no longer wanted.
+            said += held_orders_cancel(row, user, f"withdrawn: max set to {new_max}")
         elif row.status == Pool.Status.AWAITING_APPROVAL and new_max > row.max_size:
             # Still waiting for its first approval: the held order is for the max asked then.
             raise Conflict(
@@ -256,6 +269,10 @@ def pool_update(*, pool: Pool, user: User, **changes) -> Pool:
                 "once it is approved.",
                 code="awaiting_approval",
             )
+        if held:
+            values["max_size"] = row.max_size
+            values["desired"] = min(values["desired"], row.max_size)
+            values["min_size"] = min(values["min_size"], row.max_size)
         old_desired = row.desired
         for name, value in values.items():
             if getattr(row, name) != value:
@@ -287,14 +304,7 @@ def pool_delete(*, pool: Pool, user: User) -> Pool:
     once its last host has ended (the autoscaler pass finishes it)."""
     with transaction.atomic():
         row = lock_for_change(pool, user)
-        held = Order.objects.filter(pool=row, status=Order.Status.PENDING_APPROVAL)
-        for order in held:
-            order_transition(
-                order=order,
-                to=Order.Status.CANCELLED,
-                reason=f"pool {row.name} deleted by {user.username}",
-                actor=actor_of(user),
-            )
+        held_orders_cancel(row, user, f"pool {row.name} deleted")
         old = row.desired
         row.status = Pool.Status.DELETING
         row.status_reason = f"deleted by {user.username}"
@@ -309,6 +319,24 @@ def pool_delete(*, pool: Pool, user: User) -> Pool:
             actor=actor_of(user),
         )
     return row
+
+
+def held_orders_cancel(pool: Pool, user: User, reason: str) -> list[str]:
+    """Cancel the pool's order that waits for approval (a first order or a raise of max):
+    it leaves the approvers' queue, decided by ``user`` for ``reason``. Says what it did."""
+    said = []
+    for order in Order.objects.filter(pool=pool, status=Order.Status.PENDING_APPROVAL):
+        order_transition(
+            order=order,
+            to=Order.Status.CANCELLED,
+            reason=f"{reason} by {user.username}",
+            actor=actor_of(user),
+        )
+        Order.objects.filter(pk=order.pk).update(
+            decided_by=user, decided_at=timezone.now(), decision_reason=reason[:500]
+        )
+        said.append(f"the raise to {order.count} waiting for approval is cancelled ({reason})")
+    return said
 
 
 def hosts_end(hosts, *, reason: str, actor: str) -> list[str]:

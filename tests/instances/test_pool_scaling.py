@@ -110,6 +110,30 @@ def test_a_schedule_never_fires_for_times_before_it_was_made(make_pool, alice, c
     assert services.schedule_next_runs(schedule)[0] == at(2026, 11, 18, 9)
 
 
+def test_after_a_long_pause_the_action_due_last_wins_whichever_schedule_came_first(
+    make_pool, alice, clock
+):
+    clock.move_to(at(2026, 11, 23, 6))  # a Monday
+    pool = make_pool(desired=0)
+    # The evening schedule is made first: a pass that applied them in the order they were
+    # made would end the day with the morning's 4 hosts running all night.
+    services.schedule_create(pool=pool, user=alice, cron="0 20 * * 1-5", desired=0)
+    services.schedule_create(pool=pool, user=alice, cron="0 8 * * 1-5", desired=4)
+    clock.move_to(at(2026, 11, 23, 21))  # no pass since 06:00: both came due
+    report = services.autoscale()
+    pool.refresh_from_db()
+    assert pool.desired == 0 and report.launched == []
+    fired = [e.message for e in pool.events.filter(kind=PoolEvent.Kind.SCHEDULE).order_by("pk")]
+    assert len(fired) == 2
+    assert "(due 2026-11-23 08:00 UTC)" in fired[0] and "(due 2026-11-23 20:00 UTC)" in fired[1]
+    # Both ran: the next morning's action fires once, the evening's does not come back.
+    clock.move_to(at(2026, 11, 24, 8, 0, 30))
+    services.autoscale()
+    pool.refresh_from_db()
+    assert pool.desired == 4
+    assert pool.events.filter(kind=PoolEvent.Kind.SCHEDULE).count() == 3
+
+
 # --- target tracking -------------------------------------------------------------------------
 
 

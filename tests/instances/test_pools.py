@@ -5,6 +5,7 @@ autoscaler pass (the worker's tasks run here by hand)."""
 from __future__ import annotations
 
 from datetime import timedelta
+from decimal import Decimal
 
 import pytest
 from django.core.exceptions import ValidationError
@@ -194,6 +195,42 @@ def test_raising_max_above_what_was_approved_asks_again(make_pool, projects, ada
     assert (pool.max_size, pool.approved_max) == (8, 8)
 
 
+def test_a_second_raise_replaces_the_one_that_waits_and_lowering_max_withdraws_it(
+    make_pool, projects, ada, alice
+):
+    ApprovalPolicy.objects.create(project=projects["vision-lab"], gpus_above=4)
+    pool = make_pool(desired=2, max_size=4)
+    services.pool_update(pool=pool, user=alice, max_size=8)
+
+    def waiting():
+        return list(
+            Order.objects.filter(pool=pool, status=Order.Status.PENDING_APPROVAL).values_list(
+                "count", flat=True
+            )
+        )
+
+    assert waiting() == [8]
+    # Asked again: the same held order stands (approvers see one request, not two).
+    services.pool_update(pool=pool, user=alice, max_size=8)
+    assert waiting() == [8]
+    # The sizes form sends the max the pool has (4): the raise keeps waiting.
+    pool = services.pool_update(pool=pool, user=alice, min_size=0, desired=3, max_size=4)
+    assert waiting() == [8] and pool.desired == 3
+    # A different raise replaces it; the first leaves the approvers' queue as cancelled.
+    pool = services.pool_update(pool=pool, user=alice, max_size=6)
+    assert waiting() == [6] and pool.max_size == 4
+    first = Order.objects.get(pool=pool, count=8)
+    assert first.status == Order.Status.CANCELLED and first.decided_by == alice
+    assert first.decision_reason == "superseded by max 6"
+    changed = pool.events.filter(kind=PoolEvent.Kind.CHANGED).order_by("-at", "-pk").first()
+    assert "raise to 8 waiting for approval is cancelled (superseded by max 6)" in changed.message
+    assert "max 6 waits for approval" in changed.message
+    # Lowering max to what was approved withdraws the raise: approving it later is impossible.
+    pool = services.pool_update(pool=pool, user=alice, max_size=3)
+    assert waiting() == [] and (pool.max_size, pool.desired) == (3, 3)
+    assert Order.objects.get(pool=pool, count=6).decision_reason == "withdrawn: max set to 3"
+
+
 def test_bob_cannot_resize_alices_pool_but_a_manager_or_admin_can(make_pool, bob, ada):
     pool = make_pool()
     with pytest.raises(Forbidden):
@@ -276,6 +313,50 @@ def test_a_raised_budget_ends_the_backoff_of_a_pool_it_held(make_pool, projects,
     pool.refresh_from_db()
     assert pool.blocked_until is None
     assert len(services.autoscale().launched) == 2
+
+
+def test_a_budget_that_refuses_on_demand_still_lets_the_pools_spot_hosts_launch(
+    make_pool, projects, ada, clock
+):
+    budget_set(
+        project=projects["vision-lab"], actor=ada, monthly_amount="1.00", policy="block_on_demand"
+    )
+    pool = make_pool(desired=4, on_demand_base=1, spot_percent=100)
+    report = services.autoscale()
+    # The one on-demand host is refused; the three spot hosts are not the budget's to refuse.
+    assert sorted(i.market for i in Instance.objects.filter(pk__in=report.launched)) == ["spot"] * 3
+    refused = pool.events.get(kind=PoolEvent.Kind.REFUSED).message
+    assert refused.startswith("budget holds pool at 3 of 4: Budget exceeded")
+    assert "this order (1 host for" in refused
+
+
+def test_a_mixed_launch_is_priced_market_by_market(make_pool, projects, ada, catalog, clock):
+    """The budget compares each part at its own price: one on-demand host and three spot
+    hosts fit where four hosts at the on-demand price would not."""
+    services.instance_type_record_spot_price(
+        instance_type_id=catalog["g5.xlarge"].pk, price_per_hour=Decimal("0.30"), at=clock.now
+    )
+    g5 = InstanceType.objects.get(name="g5.xlarge")
+    vision = projects["vision-lab"]
+    pool = make_pool(desired=0, on_demand_base=1, spot_percent=100)
+    lease = pool.launch_order.lease_hours
+
+    def cost(market, count):
+        return services.order_estimate(
+            instance_type=g5, market=market, count=count, lease_hours=lease
+        ).per_lease
+
+    mixed = cost("on_demand", 1) + cost("spot", 3)
+    assert mixed < cost("on_demand", 4)
+    budget_set(project=vision, actor=ada, monthly_amount=f"{mixed + 1:.2f}", policy="block_all")
+    pool = services.pool_set_desired(pool=pool, user=ada, desired=4)
+    report = services.autoscale()
+    assert len(report.launched) == 4 and report.refused == []
+    # The next spot host would not fit: the on-demand rows written first are counted.
+    pool = services.pool_set_desired(pool=pool, user=ada, desired=6)
+    report = services.autoscale()
+    assert report.launched == []
+    assert "holds pool at 4 of 6" in pool.events.get(kind=PoolEvent.Kind.REFUSED).message
 
 
 def test_removing_the_budget_ends_the_backoff_too(make_pool, projects, ada, clock):

@@ -1,20 +1,24 @@
-"""Instance figures for /metrics: hosts by status, market and type (scrape time, one query),
-provisioning time, order outcomes and reconcile actions (counted as they happen); cloud
-calls are counted in instances/providers/counted.py.
+"""Instance figures for /metrics: hosts by status, market and type, and each pool's sizes,
+hosts and refusal streak (scrape time, three queries whatever the number of hosts and pools);
+provisioning time, order outcomes, reconcile actions and what autoscaler passes did (counted as
+they happen); cloud calls are counted in instances/providers/counted.py.
 
 Named in PORTAL_METRICS_COLLECTORS, so portal/metrics.py never imports this app.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 
 from django.db import transaction
 from django.db.models import Count
 from prometheus_client.core import Metric
 
-from instances.models import Instance
+from instances.models import Instance, Pool
 from portal.metrics import (
+    AUTOSCALER_HOSTS,
+    AUTOSCALER_REFUSALS,
     ORDERS,
     PROVISION_SECONDS,
     RECONCILE_ACTIONS,
@@ -37,6 +41,55 @@ def collect_hosts() -> Iterable[Metric]:
     for status, market, type_name, count in rows:
         family.add_metric([status, market, type_name], count)
     yield family
+
+
+def collect_pools() -> Iterable[Metric]:
+    """Each live pool (labelled project and pool name, unique among live pools): its desired
+    and max sizes, its hosts by market and status, and how many scale-outs in a row a limit
+    has held back (0 when none: alert on > 0)."""
+    labels = ["project", "pool"]
+    desired = gauge("portal_pool_desired_hosts", "A pool's desired host count.", labels)
+    largest = gauge("portal_pool_max_hosts", "A pool's max_size.", labels)
+    streak = gauge(
+        "portal_pool_refusal_streak",
+        "Scale-outs in a row that a quota or budget held back; 0 when the pool is not held.",
+        labels,
+    )
+    hosts = gauge(
+        "portal_pool_hosts",
+        "A pool's live hosts, by market and status.",
+        [*labels, "market", "status"],
+    )
+    pools = {}
+    for pk, project, name, want, most, refused in Pool.objects.live().values_list(
+        "pk", "project__slug", "name", "desired", "max_size", "refusal_streak"
+    ):
+        pools[pk] = [project, name]
+        desired.add_metric(pools[pk], want)
+        largest.add_metric(pools[pk], most)
+        streak.add_metric(pools[pk], refused)
+    rows = (
+        Instance.objects.filter(pool_id__in=list(pools), status__in=Instance.LIVE)
+        .order_by()
+        .values_list("pool_id", "market", "status")
+        .annotate(n=Count("id"))
+    )
+    for pool_id, market, status, count in rows:
+        hosts.add_metric([*pools[pool_id], market, status], count)
+    yield from (desired, largest, streak, hosts)
+
+
+def autoscale_counted(report) -> None:
+    """What one autoscaler pass did: hosts launched and ended by market, refusals by limit."""
+    for action, ids in (("launched", report.launched), ("ended", report.ended)):
+        if ids:
+            for market, n in Counter(
+                Instance.objects.filter(pk__in=ids).values_list("market", flat=True)
+            ).items():
+                AUTOSCALER_HOSTS.labels(action, market).inc(n)
+    for _pool, sentence in report.refused:
+        limit = sentence.split(" ", 1)[0]
+        AUTOSCALER_REFUSALS.labels(limit if limit in ("quota", "budget") else "other").inc()
 
 
 def order_counted(outcome: str) -> None:

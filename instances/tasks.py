@@ -12,11 +12,11 @@ from celery import shared_task
 from django.conf import settings
 
 from instances import services
-from instances.metrics import reconcile_counted
+from instances.metrics import autoscale_counted, reconcile_counted
 from instances.models import Instance
 from instances.providers.base import NO_CAPACITY, ProviderPermanentError, ProviderTransientError
 from instances.selectors import instance_load
-from portal.metrics import RECONCILE_SECONDS
+from portal.metrics import AUTOSCALER_SECONDS, RECONCILE_SECONDS
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +183,9 @@ def drain_spot_events() -> int:
 @shared_task
 def autoscale() -> int:
     """One autoscaler pass over every pool (beat, PORTAL_AUTOSCALE_SECONDS)."""
-    report = services.autoscale()
+    with AUTOSCALER_SECONDS.time():
+        report = services.autoscale()
+    autoscale_counted(report)
     if report.launched or report.ended or report.refused:
         log.info(
             "autoscale: %s pools, launched %s, ended %s, refused %s",

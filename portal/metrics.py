@@ -98,9 +98,29 @@ TASK_SECONDS = Histogram(
     buckets=TASK_BUCKETS,
 )
 
+AUTOSCALER_HOSTS = Counter(
+    "portal_autoscaler_hosts",
+    "Hosts the autoscaler launched or ended, by action (launched, ended) and market.",
+    ["action", "market"],
+)
+AUTOSCALER_REFUSALS = Counter(
+    "portal_autoscaler_refusals",
+    "Scale-outs a limit held back (the pool launched what fit), by limit: quota, budget, other.",
+    ["limit"],
+)
+AUTOSCALER_SECONDS = Histogram(
+    "portal_autoscaler_pass_duration_seconds",
+    "Seconds one autoscaler pass over every pool took.",
+    buckets=TASK_BUCKETS,
+)
+
 # Every metric this module and the scrape-time collectors define, for the files that use them.
 SCRAPE_METRICS = (
     "portal_hosts",
+    "portal_pool_hosts",
+    "portal_pool_desired_hosts",
+    "portal_pool_max_hosts",
+    "portal_pool_refusal_streak",
     "portal_metering_lag_seconds",
     "portal_audit_seal_lag_seconds",
     "portal_celery_queue_length",

@@ -673,6 +673,7 @@ PORTAL_METRICS_COLLECTORS: list[str] = [
     "portal.celery_ops.collect_beat",
     "audit.metrics.collect",
     "instances.metrics.collect_hosts",
+    "instances.metrics.collect_pools",
     "billing.metrics.collect",
 ]
 # Right after audit (which stays first, to stamp every answer with its request id): it times and

@@ -136,3 +136,38 @@ def test_queue_depth_counts_waiting_messages(client, metrics_on, settings):
     assert value(samples, "portal_celery_queue_length", queue="celery") == 3
     assert value(samples, "portal_celery_queue_length", queue="provisioning") == 0
     purge_queues()
+
+
+def test_pools_are_exported_in_the_same_number_of_queries_at_1_and_4_pools(
+    client, metrics_on, make_pool, projects, ada, clock
+):
+    from billing.budgets import budget_set
+    from instances.tasks import autoscale
+
+    make_pool(name="p0", desired=2, max_size=6)
+    autoscale()  # the task: the pass and its counters
+    one = _scrape_queries(client)
+    for n in range(1, 4):
+        make_pool(name=f"p{n}", desired=1)
+    budget_set(project=projects["vision-lab"], actor=ada, monthly_amount="1.00", policy="block_all")
+    before = scrape(client)
+    autoscale()
+    assert _scrape_queries(client) == one
+    samples = scrape(client)
+    pool = {"project": "vision-lab", "pool": "p0"}
+    assert value(samples, "portal_pool_desired_hosts", **pool) == 2
+    assert value(samples, "portal_pool_max_hosts", **pool) == 6
+    assert value(samples, "portal_pool_hosts", **pool, market="on_demand", status="requested") == 2
+    # The $1 budget held the three new pools: each says so until a limit moves.
+    held = {"project": "vision-lab", "pool": "p3"}
+    assert value(samples, "portal_pool_refusal_streak", **held) == 1
+    assert value(samples, "portal_pool_refusal_streak", **pool) == 0
+    assert value(samples, "portal_pool_hosts", **held, market="on_demand", status="requested") == 0
+
+    def grew(name, **labels):
+        return value(samples, name, **labels) - value(before, name, **labels)
+
+    assert value(before, "portal_autoscaler_hosts_total", action="launched", market="on_demand")
+    assert grew("portal_autoscaler_hosts_total", action="launched", market="on_demand") == 0
+    assert grew("portal_autoscaler_refusals_total", limit="budget") == 3
+    assert grew("portal_autoscaler_pass_duration_seconds_count") == 1

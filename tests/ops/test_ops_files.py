@@ -51,6 +51,12 @@ def test_every_dashboard_query_uses_a_metric_the_portal_exports():
         "portal_reconcile_duration_seconds",
         "portal_http_requests",
         "portal_http_request_duration_seconds",
+        "portal_pool_hosts",
+        "portal_pool_desired_hosts",
+        "portal_pool_refusal_streak",
+        "portal_autoscaler_hosts",
+        "portal_autoscaler_refusals",
+        "portal_autoscaler_pass_duration_seconds",
     ):
         assert name in used, f"{name} is not on the dashboard"
 

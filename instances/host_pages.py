@@ -285,5 +285,5 @@ def hosts_bulk(request: HttpRequest) -> HttpResponse:
         many = "1 host" if len(done) == 1 else f"{len(done)} hosts"
         messages.success(request, f"{action.label} requested for {many}: {names}.")
     for host, why in refused:
-        messages.error(request, f"{host.name} ({host.instance_type.name}): {why}")
+        messages.error(request, f"{host.name} ({host.instance_type.name}): {why.message}")
     return redirect(back)

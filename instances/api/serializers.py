@@ -12,6 +12,7 @@ from rest_framework import serializers
 
 from instances import services
 from instances.models import (
+    ACTIONS,
     Image,
     Instance,
     InstanceEvent,
@@ -27,6 +28,8 @@ from portal.models import Project
 from portal.rest import LookupField, StrictSerializer
 
 READ_ONLY_MONEY = {"max_digits": 14, "decimal_places": 6, "read_only": True}
+# Hosts one bulk action may name (a page of My hosts is 50).
+BULK_ACTION_MAX = 100
 
 
 class ImageSerializer(serializers.ModelSerializer):
@@ -348,6 +351,36 @@ class ExtendSerializer(StrictSerializer):
     the extra hours (409 otherwise, naming the limit)."""
 
     hours = serializers.IntegerField(min_value=1, help_text="Hours to add to the lease")
+
+
+class BulkActionSerializer(StrictSerializer):
+    """One action asked of many hosts at once, as My hosts' bulk stop and terminate ask it."""
+
+    action = serializers.ChoiceField(
+        choices=sorted(ACTIONS),
+        help_text="What to ask of every host: " + ", ".join(sorted(ACTIONS)),
+    )
+    instances = serializers.ListField(
+        child=serializers.UUIDField(),
+        min_length=1,
+        max_length=BULK_ACTION_MAX,
+        help_text=f"The hosts' ids, 1 to {BULK_ACTION_MAX}",
+    )
+
+
+class BulkRefusalSerializer(serializers.Serializer):
+    instance = serializers.UUIDField(help_text="The host's id")
+    name = serializers.CharField()
+    code = serializers.CharField(help_text="Why its state refuses, e.g. illegal_transition")
+    detail = serializers.CharField(help_text="The sentence My hosts shows")
+
+
+class BulkAnswerSerializer(serializers.Serializer):
+    """Hosts asked (each as GET /instances/{id}/ lists it) and hosts whose state refused."""
+
+    action = serializers.CharField()
+    requested = InstanceSerializer(many=True)
+    refused = BulkRefusalSerializer(many=True)
 
 
 class RejectionSerializer(StrictSerializer):

@@ -7,12 +7,15 @@ from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 
 from audit.services import audit_set_object
 from instances import services
 from instances.api.filters import CatalogFilter, ImageFilter, InstanceFilter
 from instances.api.serializers import (
+    BulkActionSerializer,
+    BulkAnswerSerializer,
     DecisionSerializer,
     EstimateQuerySerializer,
     EstimateSerializer,
@@ -209,6 +212,37 @@ class InstanceViewSet(KeepRunningActions, viewsets.ReadOnlyModelViewSet):
     @action(detail=True, methods=["post"])
     def terminate(self, request, pk=None):
         return self._act(request, "terminate")
+
+    @extend_schema(request=BulkActionSerializer, responses={202: BulkAnswerSerializer})
+    @action(detail=False, methods=["post"])
+    def bulk(self, request):
+        """Stop, start or terminate many hosts at once, as My hosts' bulk actions do: 404 when
+        one of them is not a host the caller sees, 403 (nothing asked) when one is not the
+        caller's to change; a host whose state refuses is listed under ``refused`` with its
+        code and sentence, and the others go ahead."""
+        body = BulkActionSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        ids = set(body.validated_data["instances"])
+        hosts = list(Instance.objects.for_user(request.user).filter(pk__in=ids).distinct())
+        if len(hosts) < len(ids):
+            raise NotFound("No such host: every id must be a host you can see.")
+        hosts.sort(key=lambda host: host.name)
+        done, refused = services.instances_request_action(
+            instances=hosts, user=request.user, action=body.validated_data["action"]
+        )
+        fresh = self.get_queryset().filter(pk__in=[host.pk for host in done])
+        answer = {
+            "action": body.validated_data["action"],
+            "requested": sorted(fresh, key=lambda host: host.name),
+            "refused": [
+                {"instance": host.pk, "name": host.name, "code": why.code, "detail": why.message}
+                for host, why in refused
+            ],
+        }
+        return Response(
+            BulkAnswerSerializer(answer, context=self.get_serializer_context()).data,
+            status=status.HTTP_202_ACCEPTED,
+        )
 
     @extend_schema(request=ExtendSerializer, responses={200: InstanceSerializer})
     @action(detail=True, methods=["post"])

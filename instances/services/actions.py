@@ -68,14 +68,14 @@ def instance_request_terminate(*, instance: Instance, user: User) -> Instance:
 
 def instances_request_action(
     *, instances: list[Instance], user: User, action: str
-) -> tuple[list[Instance], list[tuple[Instance, str]]]:
+) -> tuple[list[Instance], list[tuple[Instance, Conflict]]]:
     """Ask one action of many hosts at once (My hosts' bulk stop and terminate): one request
     per host, each in its own transaction, as if asked one by one.
 
     Who may act is answered first and for all of them: one host that is not the user's to
     change refuses the whole batch (403), so nothing half happens for a reason the user cannot
     fix. A host whose state refuses (already terminated, a spot host asked to stop) is reported
-    with its sentence and the others go ahead. Returns (hosts asked, [(host, why refused)])."""
+    with its sentence and the others go ahead. Returns (hosts asked, [(host, the refusal)])."""
     if action not in ACTIONS:
         raise Conflict(f"{action!r} is not something a host can be asked.", code="bad_action")
     managed = permissions.managed_project_ids(user)
@@ -89,5 +89,5 @@ def instances_request_action(
         try:
             done.append(instance_request_action(instance=host, user=user, action=action))
         except Conflict as error:  # IllegalTransition is one too
-            failed.append((host, error.message))
+            failed.append((host, error))
     return done, failed

@@ -133,3 +133,70 @@ def test_an_ended_host_does_not_promise_an_ssh_command(hosts, alice):
     assert f"<title>{host.name} · g5.xlarge · GPU Portal</title>" in html
     assert "appears here once the host is running" not in html
     assert "nothing to connect to any more" in html
+
+
+# --- the same through the API: POST /api/v1/instances/bulk/ -----------------------------------
+
+
+def api_bulk(client, action, *hosts):
+    body = {"action": action, "instances": [str(getattr(h, "pk", h)) for h in hosts]}
+    return client.post("/api/v1/instances/bulk/", body, content_type="application/json")
+
+
+def test_the_api_stops_many_hosts_and_lists_the_ones_whose_state_refuses(hosts, alice, place_order):
+    spot = provisioned(place_order(alice, market="spot"))[0]
+    response = api_bulk(signed_in(alice), "stop", hosts[0], hosts[1], spot)
+    assert response.status_code == 202
+    body = response.json()
+    assert body["action"] == "stop"
+    requested = sorted([hosts[0], hosts[1]], key=lambda host: host.name)
+    assert [h["id"] for h in body["requested"]] == [str(h.pk) for h in requested]
+    assert {h["status"] for h in body["requested"]} == {"stopping"}
+    (refused,) = body["refused"]
+    assert refused["instance"] == str(spot.pk) and refused["name"] == spot.name
+    assert refused["code"] == "spot_cannot_stop"
+    assert refused["detail"].startswith("Spot hosts cannot be stopped")
+    assert Instance.objects.get(pk=spot.pk).status == "running"
+    # Asked again (a retried request): the stop already asked stands, nothing moves twice.
+    again = api_bulk(signed_in(alice), "stop", hosts[0]).json()
+    assert [h["status"] for h in again["requested"]] == ["stopping"] and again["refused"] == []
+    assert Instance.objects.get(pk=hosts[0].pk).events.filter(new_status="stopping").count() == 1
+
+
+def test_the_api_refuses_a_batch_with_a_host_that_is_not_yours_or_not_seen(
+    hosts, alice, bob, carol, place_order
+):
+    bobs = provisioned(place_order(bob))[0]
+    response = api_bulk(signed_in(bob), "terminate", bobs, hosts[0])
+    assert response.status_code == 403 and response.json()["code"] == "forbidden"
+    response = api_bulk(signed_in(carol), "terminate", hosts[0])
+    assert response.status_code == 404
+    assert not Instance.objects.filter(status="terminating").exists()
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"action": "explode", "instances": ["H"]}, "action"),
+        ({"action": "stop", "instances": []}, "instances"),
+        ({"action": "stop", "instances": ["not-a-host"]}, "instances"),
+        ({"action": "stop", "instances": [str(uuid.uuid4())] * 101}, "instances"),
+        ({"action": "stop"}, "instances"),
+        ({"action": "stop", "instances": "H", "force": True}, "force"),
+    ],
+)
+def test_bad_bulk_bodies_answer_400_naming_the_field(hosts, alice, body, field):
+    body = {
+        key: (
+            [str(hosts[0].pk) if v == "H" else v for v in value]
+            if isinstance(value, list)
+            else (str(hosts[0].pk) if value == "H" else value)
+        )
+        for key, value in body.items()
+    }
+    response = signed_in(alice).post(
+        "/api/v1/instances/bulk/", body, content_type="application/json"
+    )
+    assert response.status_code == 400
+    assert any(name.split(".")[0] == field for name in response.json()["fields"])
+    assert not Instance.objects.exclude(status="running").exists()

@@ -524,13 +524,15 @@ PORTAL_SPOT_WARNING_LEAD_SECONDS = env_int("PORTAL_SPOT_WARNING_LEAD_SECONDS", 1
 PORTAL_SPOT_MAX_REPLACEMENTS = env_int("PORTAL_SPOT_MAX_REPLACEMENTS", 3)
 # Pools (instances/services/pools.py, autoscaler.py): the largest max_size, the autoscaler's
 # beat period, the backoff of a refused scale-out (doubling from the first figure up to the
-# second), how long a market and type without capacity is left alone, and how long the
-# per-pass samples behind the pool chart are kept.
+# second), how long a market and type without capacity is left alone, how long before its lease
+# ends a pool host's replacement launches, and how long the per-pass samples behind the pool
+# chart are kept.
 PORTAL_POOL_MAX_SIZE = env_int("PORTAL_POOL_MAX_SIZE", 64)
 PORTAL_AUTOSCALE_SECONDS = env_int("PORTAL_AUTOSCALE_SECONDS", 60)
 PORTAL_POOL_BACKOFF_SECONDS = env_int("PORTAL_POOL_BACKOFF_SECONDS", 60)
 PORTAL_POOL_BACKOFF_MAX_SECONDS = env_int("PORTAL_POOL_BACKOFF_MAX_SECONDS", 900)
 PORTAL_POOL_CAPACITY_HOLD_SECONDS = env_int("PORTAL_POOL_CAPACITY_HOLD_SECONDS", 300)
+PORTAL_POOL_LEASE_HANDOVER_SECONDS = env_int("PORTAL_POOL_LEASE_HANDOVER_SECONDS", 1800)
 PORTAL_POOL_SAMPLE_RETENTION_DAYS = env_int("PORTAL_POOL_SAMPLE_RETENTION_DAYS", 14)
 # Checkpoints: an S3 prefix under which each order gets <project>/<order>/ (s3://bucket/prefix);
 # empty on the simulated cloud means a local folder under PORTAL_CHECKPOINT_LOCAL_DIR.

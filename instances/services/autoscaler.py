@@ -109,8 +109,15 @@ def autoscale(*, now: datetime | None = None) -> AutoscaleReport:
             schedules[schedule.pool_id].append(schedule)
         hosts = defaultdict(list)
         utilisation = host_utilisation(ids, now)
+        handover = now + timedelta(seconds=settings.PORTAL_POOL_LEASE_HANDOVER_SECONDS)
         for row in Instance.objects.filter(pool_id__in=ids, status__in=Instance.LIVE).values(
-            "id", "pool_id", "market", "status", "spot_warning_at", "launched_at"
+            "id",
+            "pool_id",
+            "market",
+            "status",
+            "spot_warning_at",
+            "launched_at",
+            "lease_expires_at",
         ):
             hosts[row["pool_id"]].append(row)
         series = pool_utilisation(pools, now)
@@ -126,8 +133,13 @@ def autoscale(*, now: datetime | None = None) -> AutoscaleReport:
                     id=row["id"],
                     market=row["market"],
                     status=row["status"],
-                    leaving=row["spot_warning_at"] is not None
-                    and pool.interruption_policy != InterruptionPolicy.NOTIFY,
+                    leaving=(
+                        row["spot_warning_at"] is not None
+                        and pool.interruption_policy != InterruptionPolicy.NOTIFY
+                    )
+                    or (
+                        row["lease_expires_at"] is not None and row["lease_expires_at"] <= handover
+                    ),
                     utilization=utilisation.get(row["id"]),
                     launched_at=row["launched_at"],
                 )

@@ -134,7 +134,7 @@ def leases_warn(*, now: datetime | None = None) -> list[tuple[str, int]]:
             status__in=Instance.LEASED,
             lease_expires_at__gt=now,
             lease_expires_at__lte=now + timedelta(hours=windows[-1]),
-        ).select_related("order", "instance_type", "project", "owner")
+        ).select_related("order", "instance_type", "project", "owner", "pool")
     )
     sent = set(
         LeaseNotice.objects.filter(instance__in=[h.pk for h in hosts]).values_list(
@@ -168,6 +168,9 @@ def leases_warn(*, now: datetime | None = None) -> list[tuple[str, int]]:
 def _warn(host: Instance, left: timedelta) -> None:
     end = host.lease_expires_at
     name = f"{host.instance_type.name} in {host.project.slug}"
+    if host.pool is not None:
+        _warn_pool_host(host, left, name)
+        return
     longest, _ = longest_lease(project=host.project, user=host.owner)
     room = longest - host.lease_hours_total
     extend = (
@@ -186,6 +189,27 @@ def _warn(host: Instance, left: timedelta) -> None:
     instance_note(
         instance=host,
         note=f"lease warning sent to {host.owner.username}: it ends at {_when(end)}",
+        actor="system:lease",
+    )
+
+
+def _warn_pool_host(host: Instance, left: timedelta, name: str) -> None:
+    """A pool host is not extended: its pool replaces it before its lease ends."""
+    end, pool = host.lease_expires_at, host.pool
+    lead = _in_words(timedelta(seconds=settings.PORTAL_POOL_LEASE_HANDOVER_SECONDS))
+    notice_send(
+        user=host.owner,
+        subject=f"Pool {pool.name} replaces a host in {_in_words(left)}: {name}",
+        body=f"Your {name} host ({host.cloud_id or host.pk}) of pool {pool.name} reaches the "
+        f"end of its {host.lease_hours_total} h lease at {_when(end)}. The pool launches its "
+        f"replacement up to {lead} before and ends this host once the replacement runs; copy "
+        "off any work you want to keep before then.",
+        link=f"/hosts/{host.pk}/",
+    )
+    instance_note(
+        instance=host,
+        note=f"lease warning sent to {host.owner.username}: pool {pool.name} replaces it "
+        f"before {_when(end)}",
         actor="system:lease",
     )
 

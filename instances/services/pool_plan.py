@@ -26,7 +26,8 @@ class Host:
     id: object
     market: str
     status: str
-    leaving: bool = False  # warned of a spot interruption; its replacement may start now
+    # Warned of a spot interruption, or its lease ends soon: its replacement may start now.
+    leaving: bool = False
     utilization: float | None = None
     launched_at: datetime | None = None
 
@@ -93,6 +94,13 @@ def plan(
         result.launch_spot = 0  # counted in spot_short above, or filled with on-demand
     surplus = len(counted) - desired
     running = sum(1 for h in counted if not h.pending)
+    if running >= desired:
+        # The hosts that replace the leaving ones run: hand over now, not at the lease's end.
+        result.end += [
+            (h, "handed over: the hosts replacing it run")
+            for h in hosts
+            if h.leaving and h.status in SERVING
+        ]
     left_od, left_spot = list(on_demand), list(spot)
     for _ in range(max(0, surplus)):
         if len(left_spot) > want_spot or (len(left_od) <= want_od and left_spot):

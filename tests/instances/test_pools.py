@@ -128,6 +128,17 @@ def test_a_warned_spot_host_counts_as_leaving_and_is_replaced_at_once():
     assert (step.launch_spot, step.end) == (1, [])
 
 
+def test_a_leaving_host_ends_only_once_the_hosts_replacing_it_run():
+    pool_hosts = hosts((OD, S.RUNNING), (OD, S.RUNNING), (OD, S.PROVISIONING))
+    pool_hosts[0].leaving = True
+    kwargs = {"desired": 2, "base": 0, "spot_percent": 0, "spot_available": True}
+    step = plan(hosts=pool_hosts, on_demand_fill=True, **kwargs)
+    assert (step.launch_on_demand, step.end) == (0, [])  # its replacement still starts
+    pool_hosts[2].status = S.RUNNING
+    step = plan(hosts=pool_hosts, on_demand_fill=True, **kwargs)
+    assert step.end == [(pool_hosts[0], "handed over: the hosts replacing it run")]
+
+
 # --- creating, approval, sizes -----------------------------------------------------------------
 
 
@@ -238,6 +249,32 @@ def test_bob_cannot_resize_alices_pool_but_a_manager_or_admin_can(make_pool, bob
     pool = services.pool_set_desired(pool=pool, user=ada, desired=3)
     assert pool.desired == 3
     assert pool.events.filter(kind=PoolEvent.Kind.CHANGED).exists()
+
+
+def test_a_pool_host_is_replaced_before_its_lease_ends_and_ends_once_the_new_one_runs(
+    make_pool, alice, clock
+):
+    pool = make_pool(desired=2)
+    services.autoscale()
+    old = provision_all()
+    end = min(host.lease_expires_at for host in old)
+    clock.move_to(end - timedelta(minutes=20))
+    # The owner hears that the pool, not an extension, takes care of it.
+    assert {hours for _, hours in services.leases_warn()} == {1}
+    notice = Notice.objects.filter(user=alice).order_by("-pk").first()
+    assert notice.subject == "Pool trainers replaces a host in 20 minutes: g5.xlarge in vision-lab"
+    assert "launches its replacement up to 30 minutes before" in notice.body
+    report = services.autoscale()
+    assert len(report.launched) == 2 and report.ended == []
+    assert len(alive(pool, status=S.RUNNING)) == 2  # the old ones serve meanwhile
+    provision_all()
+    report = services.autoscale()
+    assert sorted(report.ended) == sorted(str(host.pk) for host in old)
+    running = alive(pool, status=S.RUNNING)
+    assert len(running) == 2 and not {host.pk for host in running} & {host.pk for host in old}
+    ended = Instance.objects.get(pk=old[0].pk).events.get(new_status=S.TERMINATING)
+    assert ended.reason == "pool trainers: handed over: the hosts replacing it run"
+    assert services.autoscale().launched == []
 
 
 # --- limits: quota, budget -------------------------------------------------------------------

@@ -159,3 +159,38 @@ def markets_field(**kwargs) -> RowsField:
         convert=_market,
         **kwargs,
     )
+
+
+class TypeChecklist(forms.CheckboxSelectMultiple):
+    """Instance types as checkboxes folded in a <details>: its summary names what is ticked,
+    or what ticking none means, so a card stays short and the choice needs no JavaScript."""
+
+    template_name = "portal/_type_checklist.html"
+
+    def __init__(self, *, none: str, attrs=None):
+        super().__init__(attrs)
+        self.none = none
+
+    def get_context(self, name, value, attrs):
+        context = super().get_context(name, value, attrs)
+        ticked = [str(v) for v in value or [] if v]
+        context["widget"]["summary"] = ", ".join(ticked) if ticked else self.none
+        context["widget"]["none"] = self.none
+        return context
+
+    def render(self, name, value, attrs=None, renderer=None):
+        # The project's template engine, as RowsWidget renders (the form renderer's own engine
+        # sees only Django's widget templates).
+        return render_to_string(self.template_name, self.get_context(name, value, attrs))
+
+
+class TypesField(forms.MultipleChoiceField):
+    """A list of instance type names ticked from the catalog; a name kept from before that the
+    catalog no longer offers stays on the list until it is unticked."""
+
+    def __init__(self, *, none: str, **kwargs):
+        super().__init__(required=False, widget=TypeChecklist(none=none), **kwargs)
+
+    def set_keys(self, keys: list[str], kept=()) -> None:
+        names = list(dict.fromkeys([*keys, *kept]))
+        self.choices = [(name, name) for name in names]

@@ -104,6 +104,8 @@ EXPECTED: dict[tuple[str, str], tuple[int, ...]] = {
     ("instance-start", "POST"): (409, 403, 404, 409, 403, 401),
     ("instance-stop", "POST"): (202, 403, 404, 202, 403, 401),
     ("instance-terminate", "POST"): (202, 403, 404, 202, 403, 401),
+    # The API's bulk action on alice's host: one host not yours refuses the batch (403).
+    ("instance-bulk", "POST"): (202, 403, 404, 202, 403, 401),
     ("instance-extend", "POST"): (200, 403, 404, 200, 403, 401),
     ("instance-keep-running", "POST"): (200, 403, 404, 200, 403, 401),
     # People read a host's series; only the host's own agent posts (tests/instances/
@@ -367,6 +369,7 @@ def _request(world, name: str, method: str) -> tuple[str, dict]:
         ("instance-extend", "POST"): {"hours": 2},
         ("host-extend", "POST"): {"hours": "2"},
         ("hosts-bulk", "POST"): {"host": str(host.pk), "action": "terminate"},
+        ("instance-bulk", "POST"): {"instances": [str(host.pk)], "action": "terminate"},
         ("quota-list", "POST"): {"project": "nlp-lab", "max_gpus": 4},
         ("quota-detail", "PUT"): {"project": "vision-lab", "max_gpus": 50},
         ("quota-detail", "PATCH"): {"max_gpus": 60},

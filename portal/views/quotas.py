@@ -15,7 +15,13 @@ from django.views.decorators.http import require_POST
 from portal import permissions
 from portal.models import ApprovalPolicy, Project, Quota, QuotaChange
 from portal.pages import forbidden, form_errors, service_errors
-from portal.quota_rows import QuotaChoices, gpu_limits_field, markets_field, quota_choices
+from portal.quota_rows import (
+    QuotaChoices,
+    TypesField,
+    gpu_limits_field,
+    markets_field,
+    quota_choices,
+)
 from portal.quotas import bars, change_in_words, quota_values_problems, usage_of
 from portal.services import approval_policy_set, quota_set
 
@@ -27,24 +33,20 @@ class QuotaForm(forms.Form):
     max_gpus = forms.IntegerField(required=False, min_value=0, label="GPUs in total")
     max_instances = forms.IntegerField(required=False, min_value=0, label="Hosts")
     max_lease_hours = forms.IntegerField(required=False, min_value=1, label="Longest lease (h)")
-    allowed_instance_types = forms.CharField(
-        required=False,
-        label="Allowed types",
-        help_text="comma-separated; empty allows all",
+    allowed_instance_types = TypesField(
+        label="Allowed types", none="All types", help_text="none ticked allows every type"
     )
     max_gpus_by_model = gpu_limits_field(label="GPUs per model")
     allowed_markets = markets_field(
         label="Markets per type", help_text="a type without a row may run on-demand and spot"
     )
 
-    def __init__(self, *args, choices: QuotaChoices, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, *args, choices: QuotaChoices, saved: Quota | None = None, **kwargs):
+        super().__init__(*args, initial=_quota_initial(saved), **kwargs)
         self.fields["max_gpus_by_model"].set_keys(choices.gpu_models)
         self.fields["allowed_markets"].set_keys(choices.instance_types)
-
-    def clean_allowed_instance_types(self):
-        raw = self.cleaned_data.get("allowed_instance_types") or ""
-        return [name.strip() for name in raw.split(",") if name.strip()]
+        kept = saved.allowed_instance_types if saved else []
+        self.fields["allowed_instance_types"].set_keys(choices.instance_types, kept)
 
 
 class PolicyForm(forms.Form):
@@ -53,10 +55,10 @@ class PolicyForm(forms.Form):
     gpus_above = forms.IntegerField(
         required=False, min_value=0, label="Require approval above (GPUs)"
     )
-    instance_types = forms.CharField(
-        required=False,
+    instance_types = TypesField(
         label="Always require approval for",
-        help_text="instance types, comma-separated; orders for them always wait for a yes",
+        none="No type",
+        help_text="orders for the ticked types always wait for a yes",
     )
     on_demand_price_above = forms.DecimalField(
         required=False,
@@ -69,9 +71,10 @@ class PolicyForm(forms.Form):
         min_value=1, max_value=60, initial=3, label="Expire after (days)"
     )
 
-    def clean_instance_types(self):
-        raw = self.cleaned_data.get("instance_types") or ""
-        return [name.strip() for name in raw.split(",") if name.strip()]
+    def __init__(self, *args, choices: QuotaChoices, saved: ApprovalPolicy | None = None, **kwargs):
+        super().__init__(*args, initial=_policy_initial(saved), **kwargs)
+        kept = saved.instance_types if saved else []
+        self.fields["instance_types"].set_keys(choices.instance_types, kept)
 
 
 def _policy_initial(policy: ApprovalPolicy | None) -> dict:
@@ -79,7 +82,7 @@ def _policy_initial(policy: ApprovalPolicy | None) -> dict:
         return {}
     return {
         "gpus_above": policy.gpus_above,
-        "instance_types": ", ".join(policy.instance_types),
+        "instance_types": list(policy.instance_types),
         "on_demand_price_above": policy.on_demand_price_above,
         "expire_after_days": policy.expire_after_days,
     }
@@ -93,7 +96,7 @@ def _quota_initial(quota: Quota | None) -> dict:
         "max_instances": quota.max_instances,
         "max_lease_hours": quota.max_lease_hours,
         "max_gpus_by_model": quota.max_gpus_by_model,
-        "allowed_instance_types": ", ".join(quota.allowed_instance_types),
+        "allowed_instance_types": list(quota.allowed_instance_types),
         "allowed_markets": quota.allowed_markets,
     }
 
@@ -145,9 +148,9 @@ def quotas_page(
     rows = []
     for project in projects:
         quota = quotas.get(project.pk)
-        form = QuotaForm(initial=_quota_initial(quota), prefix=project.slug, choices=choices)
+        form = QuotaForm(prefix=project.slug, choices=choices, saved=quota)
         policy_form = PolicyForm(
-            initial=_policy_initial(policies.get(project.pk)), prefix=f"policy-{project.slug}"
+            prefix=f"policy-{project.slug}", choices=choices, saved=policies.get(project.pk)
         )
         if bound is not None and bound[0] == project.slug:
             if isinstance(bound[1], QuotaForm):
@@ -180,7 +183,8 @@ def quota_save(request: HttpRequest, slug: str) -> HttpResponse:
     if not permissions.can_set_quotas(request.user):
         return forbidden(request, "Only admins change quotas.")
     project = get_object_or_404(Project, slug=slug)
-    form = QuotaForm(request.POST, prefix=slug, choices=quota_choices())
+    saved = Quota.objects.filter(project=project, user=None).first()
+    form = QuotaForm(request.POST, prefix=slug, choices=quota_choices(), saved=saved)
     if form.is_valid():
         values, problems = quota_values_problems(form.cleaned_data)
         with form_errors(form):
@@ -196,7 +200,8 @@ def quota_save(request: HttpRequest, slug: str) -> HttpResponse:
 @service_errors()
 def policy_save(request: HttpRequest, slug: str) -> HttpResponse:
     project = get_object_or_404(permissions.visible_projects(request.user), slug=slug)
-    form = PolicyForm(request.POST, prefix=f"policy-{slug}")
+    saved = ApprovalPolicy.objects.filter(project=project).first()
+    form = PolicyForm(request.POST, prefix=f"policy-{slug}", choices=quota_choices(), saved=saved)
     if form.is_valid():
         with form_errors(form):
             approval_policy_set(project=project, actor=request.user, **form.cleaned_data)

@@ -1,6 +1,7 @@
-// Rows of the quota editor (GPUs per model, markets per type): add and remove rows in place.
-// Without this script the form still works: it always shows one empty row, and a row whose
-// select is emptied is dropped when saved.
+// Rows of the quota editor (GPUs per model, markets per type): add and remove rows in place;
+// a folded list of instance types names what is ticked as boxes are ticked. Without this
+// script the form still works: it always shows one empty row, a row whose select is emptied is
+// dropped when saved, and the folded list's summary is right once the page is saved.
 (function () {
   function renumber(list) {
     list.querySelectorAll(".quota-row").forEach((row, index) => {
@@ -51,5 +52,13 @@
       }
       box.querySelector("[data-row-add]").focus();
     }
+  });
+
+  document.addEventListener("change", (event) => {
+    const pick = event.target.closest(".type-pick");
+    if (!pick) return;
+    const ticked = [...pick.querySelectorAll("input:checked")].map((box) => box.value);
+    pick.querySelector(".type-pick-summary").textContent =
+      ticked.length ? ticked.join(", ") : pick.dataset.none;
   });
 })();

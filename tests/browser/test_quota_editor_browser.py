@@ -18,10 +18,8 @@ def _in_view(page, locator) -> bool:
     return box is not None and box["y"] >= 0 and box["y"] + box["height"] <= height
 
 
-@pytest.mark.parametrize("width", [1440, 390])
-def test_ada_sets_gpus_per_model_and_markets_per_type_as_rows(
-    new_context, ada, catalog, projects, width
-):
+def _quotas_page(new_context, width: int):
+    """The Quotas page as ada sees it at this width."""
     page = new_context().new_page()
     page.set_viewport_size({"width": width, "height": 900})
     page.set_default_timeout(15_000)
@@ -31,6 +29,14 @@ def test_ada_sets_gpus_per_model_and_markets_per_type_as_rows(
     page.click("button[type=submit]")
     page.wait_for_url("**/dashboard/**")
     page.goto("/quotas/")
+    return page
+
+
+@pytest.mark.parametrize("width", [1440, 390])
+def test_ada_sets_gpus_per_model_and_markets_per_type_as_rows(
+    new_context, ada, catalog, projects, width
+):
+    page = _quotas_page(new_context, width)
 
     card = page.locator('[data-project="vision-lab"]')
     assert card.locator("input[placeholder*='{']").count() == 0  # no JSON box left
@@ -107,3 +113,28 @@ def test_the_account_menu_is_a_button_that_works_from_the_keyboard(new_context, 
     page.keyboard.press("Escape")
     expect(page.get_by_role("link", name="API tokens")).to_be_hidden()
     expect(button).to_be_focused()
+
+
+@pytest.mark.parametrize("width", [1440, 390])
+def test_ada_ticks_allowed_types_from_the_catalog(new_context, ada, catalog, projects, width):
+    page = _quotas_page(new_context, width)
+
+    card = page.locator('[data-project="vision-lab"]')
+    allowed = card.locator("fieldset.field-types").filter(has_text="Allowed types")
+    summary = allowed.locator("summary")
+    expect(summary).to_contain_text("All types")
+    expect(allowed.get_by_label("g5.xlarge", exact=True)).to_be_hidden()  # folded
+    summary.click()
+    allowed.get_by_label("g5.xlarge", exact=True).check()
+    allowed.get_by_label("g6.xlarge", exact=True).check()
+    expect(summary).to_contain_text("g5.xlarge, g6.xlarge")  # named as they are ticked
+    assert page.evaluate("document.documentElement.scrollWidth") == width
+    card.get_by_role("button", name="Save limits of vision-lab").click()
+    expect(page.locator("#q-vision-lab .flash")).to_contain_text("Saved the quota of Vision Lab.")
+    quota = Quota.objects.get(project=projects["vision-lab"], user=None)
+    assert quota.allowed_instance_types == ["g5.xlarge", "g6.xlarge"]
+    allowed = page.locator("#q-vision-lab fieldset.field-types").filter(has_text="Allowed types")
+    expect(allowed.locator("summary")).to_contain_text("g5.xlarge, g6.xlarge")
+    expect(page.locator("#q-vision-lab .quota-history")).to_contain_text(
+        "Only g5.xlarge and g6.xlarge allowed"
+    )

@@ -172,3 +172,59 @@ def test_history_is_written_in_sentences(admin_client, ada, projects):
 )
 def test_a_change_in_words(before, after, words):
     assert change_in_words(QuotaChange(before=before, after=after)) == words
+
+
+def test_types_are_ticked_from_the_catalog_not_typed(admin_client, ada, projects):
+    page = admin_client.get("/quotas/").content.decode()
+    card = _card(page, "vision-lab")
+    assert 'name="vision-lab-allowed_instance_types" value="g5.xlarge"' in card
+    assert 'name="policy-vision-lab-instance_types" value="p5.48xlarge"' in card
+    assert "comma" not in card
+    response = admin_client.post(
+        "/quotas/vision-lab/",
+        {"vision-lab-allowed_instance_types": ["g6.xlarge", "g5.xlarge"]},
+    )
+    assert response.status_code == 302
+    quota = Quota.objects.get(project__slug="vision-lab", user=None)
+    assert sorted(quota.allowed_instance_types) == ["g5.xlarge", "g6.xlarge"]
+    card = _card(admin_client.get("/quotas/").content.decode(), "vision-lab")
+    assert re.search(r'value="g5.xlarge" id="[^"]+" checked', card)
+    assert not re.search(r'value="p5.48xlarge" id="[^"]+" checked', card)
+    # A name the catalog does not offer is refused at its field; nothing changes.
+    response = admin_client.post(
+        "/quotas/vision-lab/", {"vision-lab-allowed_instance_types": ["g9.huge"]}
+    )
+    assert response.status_code == 400
+    assert "g9.huge is not one of the available choices" in response.content.decode()
+    assert sorted(Quota.objects.get(pk=quota.pk).allowed_instance_types) == [
+        "g5.xlarge",
+        "g6.xlarge",
+    ]
+
+
+def test_a_type_gone_from_the_catalog_stays_ticked_until_unticked(admin_client, ada, projects):
+    from instances.models import InstanceType
+
+    quota_set(project=projects["vision-lab"], actor=ada, allowed_instance_types=["g5.xlarge"])
+    InstanceType.objects.filter(name="g5.xlarge").update(is_active=False)
+    card = _card(admin_client.get("/quotas/").content.decode(), "vision-lab")
+    assert re.search(r'value="g5.xlarge" id="[^"]+" checked', card)
+    response = admin_client.post("/quotas/vision-lab/", {"vision-lab-max_gpus": "8"})
+    assert response.status_code == 302
+    assert Quota.objects.get(project__slug="vision-lab", user=None).allowed_instance_types == []
+
+
+def test_the_policy_ticks_the_types_that_always_wait(admin_client, projects):
+    from portal.models import ApprovalPolicy
+
+    response = admin_client.post(
+        "/quotas/vision-lab/policy/",
+        {
+            "policy-vision-lab-instance_types": ["p5.48xlarge"],
+            "policy-vision-lab-expire_after_days": "3",
+        },
+    )
+    assert response.status_code == 302
+    assert ApprovalPolicy.objects.get(project=projects["vision-lab"]).instance_types == [
+        "p5.48xlarge"
+    ]

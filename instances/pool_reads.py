@@ -54,12 +54,17 @@ def pools_overview(user) -> list[dict]:
 
 
 def chart_series(pool: Pool, *, now: datetime, hours: int = CHART_HOURS) -> dict:
-    """The pool's samples of the last ``hours``, as lists for the chart (oldest first)."""
-    rows = PoolSample.objects.filter(pool=pool, at__gte=now - timedelta(hours=hours)).order_by("at")
+    """The pool's samples of the last ``hours``, as lists for the chart (oldest first), and
+    the window they are drawn in (``from``, ``to``): the axis spans the whole window, so a
+    gap where no pass ran shows as a gap."""
+    since = now - timedelta(hours=hours)
+    rows = PoolSample.objects.filter(pool=pool, at__gte=since).order_by("at")
     points = list(
         rows.values_list("at", "desired", "running_on_demand", "running_spot", "quota_hosts")
     )
     return {
+        "from": since.isoformat(),
+        "to": now.isoformat(),
         "at": [at.isoformat() for at, *_ in points],
         "desired": [p[1] for p in points],
         "on_demand": [p[2] for p in points],

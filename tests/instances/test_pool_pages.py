@@ -4,7 +4,7 @@ it, each refusing bad input with a 400 at the field and strangers with a 403 or 
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.core.management import call_command
@@ -154,6 +154,9 @@ def test_the_chart_data_is_the_pools_samples_of_the_last_day(client, alice, make
     body = client.get(reverse("pool-chart", args=[pool.pk])).json()
     assert body["desired"] == [2] and body["on_demand"] == [1] and body["spot"] == [1]
     assert body["quota"] == [32] and body["max_size"] == 8
+    # The window the chart spans, whatever samples there are: the last 24 h.
+    start, end = (datetime.fromisoformat(body[k]) for k in ("from", "to"))
+    assert end - start == timedelta(hours=24) and abs(end - now) < timedelta(minutes=1)
 
 
 def test_set_desired_by_hand_and_refuse_outside_min_max(client, alice, make_pool):

@@ -171,6 +171,7 @@ class InstanceFilter(django_filters.FilterSet):
     instance_type = django_filters.CharFilter(field_name="instance_type__name")
     market = django_filters.ChoiceFilter(choices=Market.choices)
     mine = YesNoFilter(method="filter_mine", help_text="true: only my hosts")
+    pool = django_filters.UUIDFilter(field_name="pool_id", help_text="only this pool's hosts")
 
     class Meta:
         model = Instance

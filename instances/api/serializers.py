@@ -176,7 +176,11 @@ class EventSerializer(serializers.ModelSerializer):
 
 
 class InstanceSerializer(serializers.ModelSerializer):
+    name = serializers.CharField(read_only=True, help_text="As pages and the cloud's tags name it")
     order = serializers.UUIDField(source="order_id", read_only=True)
+    pool = serializers.UUIDField(
+        source="pool_id", read_only=True, allow_null=True, help_text="The pool it serves, or null"
+    )
     project = serializers.CharField(source="project.slug", read_only=True)
     owner = serializers.CharField(source="owner.username", read_only=True)
     instance_type = serializers.CharField(source="instance_type.name", read_only=True)
@@ -191,7 +195,9 @@ class InstanceSerializer(serializers.ModelSerializer):
         model = Instance
         fields = [
             "id",
+            "name",
             "order",
+            "pool",
             "project",
             "owner",
             "instance_type",

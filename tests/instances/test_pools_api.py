@@ -155,3 +155,20 @@ def test_events_list_the_refusal_with_its_reason(api_as, alice, ada, make_pool, 
     refused = next(e for e in answer.json()["results"] if e["kind"] == "refused")
     assert refused["message"].startswith("quota holds pool at 1 of 3: ")
     assert api_as(alice).get(f"/api/v1/pools/{pool.pk}/").json()["refusal_reason"]
+
+
+def test_a_pools_hosts_are_listed_by_pool_with_their_names(
+    api_as, alice, catalog, clock, order_body
+):
+    api = api_as(alice)
+    pool = api.post("/api/v1/pools/", pool_body(desired=2), format="json").json()
+    services.autoscale()
+    other = api.post("/api/v1/orders/", order_body(), format="json")
+    assert other.status_code == 201, other.json()
+    hosts = api.get(f"/api/v1/instances/?pool={pool['id']}").json()["results"]
+    assert len(hosts) == 2 and {h["pool"] for h in hosts} == {pool["id"]}
+    assert all(h["name"] == f"portal-{h['id'][:8]}" for h in hosts)
+    everything = api.get("/api/v1/instances/").json()["results"]
+    assert sorted(h["pool"] is None for h in everything) == [False, False, True]
+    answer = api.get("/api/v1/instances/?pool=not-a-pool")
+    assert answer.status_code == 400 and "pool" in answer.json()["fields"]

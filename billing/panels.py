@@ -53,6 +53,9 @@ def spend_panel(user: User, projects: list[Project]) -> Panel | None:
         }
         for day, figures in month.periods
     ]
+    # The axis spans the whole month: on the 1st one thin bar at the left, not one wide block.
+    last = (first + timedelta(days=32)).replace(day=1) - timedelta(days=1)
+    to_come = [today + timedelta(days=n) for n in range(1, (last - today).days + 1)]
     return Panel(
         template="billing/_dashboard_spend.html",
         place="lead",
@@ -65,5 +68,7 @@ def spend_panel(user: User, projects: list[Project]) -> Panel | None:
             "statuses": statuses,
             "at_risk": [status for status in statuses if status.level in ("high", "over")],
             "days": days,
+            "to_come": to_come,
+            "month_end": last,
         },
     )

@@ -3,6 +3,8 @@ navigation shows what the viewer may use, and the Approvals link counts what the
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from bs4 import BeautifulSoup
 
@@ -63,8 +65,14 @@ def test_finance_home_shows_spend_by_project_budgets_at_risk_and_the_trend(clien
     assert "$90.00" in rows[0].text and "$100.00" in rows[0].text
     at_risk = panel.select(".budget-line[data-project]")
     assert [line["data-project"] for line in at_risk] == ["vision-lab"]
-    days = panel.select(".trend-day")
+    days = panel.select(".trend-day:not(.trend-future)")
     assert len(days) == spend.day  # the 1st to today
+    # The axis spans the month: the days to come are empty slots up to its last day.
+    month_end = (spend.replace(day=28) + timedelta(days=4)).replace(day=1) - timedelta(days=1)
+    assert len(panel.select(".trend-day.trend-future")) == month_end.day - spend.day
+    assert panel.select_one(".trend-future .trend-bar") is None
+    axis = [span.text for span in panel.select(".trend-axis span")]
+    assert axis == [f"{spend:%b} 1", f"{month_end:%b} {month_end.day}"]
     if spend.day > 1:
         assert days[0].select_one(".trend-bar")["data-height"] == "70"  # $40 of the $57 top day
         assert days[-1].select_one(".trend-bar")["data-height"] == "100"

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db.models import Count, OuterRef, Subquery
 
 from instances.models import Instance, Market, Pool, PoolEvent, PoolSample
@@ -72,4 +73,7 @@ def chart_series(pool: Pool, *, now: datetime, hours: int = CHART_HOURS) -> dict
         "quota": [p[4] for p in points],
         "min_size": pool.min_size,
         "max_size": pool.max_size,
+        # Samples further apart than three passes, and at least 15 minutes, leave a gap in the
+        # lines: the autoscaler was paused, not holding a count.
+        "gap_seconds": max(3 * settings.PORTAL_AUTOSCALE_SECONDS, 900),
     }

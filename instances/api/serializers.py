@@ -377,7 +377,7 @@ class BulkActionSerializer(StrictSerializer):
 class BulkRefusalSerializer(serializers.Serializer):
     instance = serializers.UUIDField(help_text="The host's id")
     name = serializers.CharField()
-    code = serializers.CharField(help_text="Why its state refuses, e.g. illegal_transition")
+    code = serializers.CharField(help_text="Why its state refuses, e.g. spot_cannot_stop")
     detail = serializers.CharField(help_text="The sentence My hosts shows")
 
 

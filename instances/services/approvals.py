@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from instances.models import (
     Order,
+    Pool,
 )
 from instances.services.orders import order_admit, order_instances_create, order_request_of
 from instances.services.pools import pool_order_decided
@@ -24,9 +25,17 @@ from portal.services import notice_send
 log = logging.getLogger(__name__)
 
 
+def _lock_pool_first(order: Order) -> None:
+    """A pool's held order is locked after its pool, as pool changes lock them (pool_update,
+    pool_delete): taken the other way round, a decision and a change of the pool deadlock."""
+    if order.pool_id:
+        list(Pool.objects.select_for_update().filter(pk=order.pool_id).values_list("pk"))
+
+
 def _lock_undecided(order: Order) -> Order:
     """Lock a waiting order; a second click, or a second approver, gets a 409 (not a second set
     of hosts)."""
+    _lock_pool_first(order)
     row = Order.objects.select_for_update().get(pk=order.pk)
     if row.status != Order.Status.PENDING_APPROVAL:
         raise Conflict(
@@ -154,6 +163,7 @@ def orders_expire(*, now: datetime | None = None) -> list[str]:
         if order.created_at > now - timedelta(days=days):
             continue
         with transaction.atomic():
+            _lock_pool_first(order)
             try:
                 _, changed = order_transition(
                     order=order,

@@ -109,7 +109,7 @@ def autoscale(*, now: datetime | None = None) -> AutoscaleReport:
             schedules[schedule.pool_id].append(schedule)
         hosts = defaultdict(list)
         utilisation = host_utilisation(ids, now)
-        handover = now + timedelta(seconds=settings.PORTAL_POOL_LEASE_HANDOVER_SECONDS)
+        handover = timedelta(seconds=settings.PORTAL_POOL_LEASE_HANDOVER_SECONDS)
         for row in Instance.objects.filter(pool_id__in=ids, status__in=Instance.LIVE).values(
             "id",
             "pool_id",
@@ -137,9 +137,7 @@ def autoscale(*, now: datetime | None = None) -> AutoscaleReport:
                         row["spot_warning_at"] is not None
                         and pool.interruption_policy != InterruptionPolicy.NOTIFY
                     )
-                    or (
-                        row["lease_expires_at"] is not None and row["lease_expires_at"] <= handover
-                    ),
+                    or _lease_ending(row, handover, now),
                     utilization=utilisation.get(row["id"]),
                     launched_at=row["launched_at"],
                 )
@@ -163,6 +161,15 @@ def autoscale(*, now: datetime | None = None) -> AutoscaleReport:
         retention = timedelta(days=settings.PORTAL_POOL_SAMPLE_RETENTION_DAYS)
         PoolSample.objects.filter(at__lt=now - retention).delete()
     return report
+
+
+def _lease_ending(row: dict, handover: timedelta, now: datetime) -> bool:
+    """A pool host is handed over once its lease ends within the handover window, or within
+    half its lease when that is shorter (a replacement is never leaving from its launch)."""
+    ends, began = row["lease_expires_at"], row["launched_at"]
+    if ends is None or began is None:
+        return False
+    return ends - now <= min(handover, (ends - began) / 2)
 
 
 def _event(events, pool, kind, message, *, now, old=None, new=None) -> None:
@@ -257,7 +264,10 @@ def _target_track(pool: Pool, hosts: list[Host], minutes: dict, now: datetime, e
         values = [avg for minute, avg in minutes.items() if start <= minute < end]
         return values if len(values) >= max(1, math.ceil(length / 2)) else []
 
-    warm = sum(1 for h in hosts if h.status == S.RUNNING and h.utilization is not None)
+    # Hosts being handed over are not counted twice beside their replacements.
+    warm = sum(
+        1 for h in hosts if h.status == S.RUNNING and h.utilization is not None and not h.leaving
+    )
     out, into = window(pool.scale_out_minutes), window(pool.scale_in_minutes)
     if out and min(out) > target and warm:
         mean = sum(out) / len(out)
@@ -311,15 +321,16 @@ def _converge(pool: Pool, hosts: list[Host], types: dict, now: datetime, events,
         on_demand_fill=pool.spot_percent < 100
         or pool.interruption_policy == InterruptionPolicy.FALLBACK_ON_DEMAND,
     )
-    if step.end:
+    reasons: dict[str, list] = defaultdict(list)
+    for host, why in step.end:
+        reasons[why].append(host.id)
+    for why, ids in reasons.items():
         ended = hosts_end(
-            Instance.objects.filter(pk__in=[h.id for h, _ in step.end]),
-            reason=f"pool {pool.name}: " + step.end[0][1],
-            actor=ACTOR,
+            Instance.objects.filter(pk__in=ids), reason=f"pool {pool.name}: {why}", actor=ACTOR
         )
         if ended:
             report.ended += ended
-            _event(events, pool, K.TERMINATED, f"ending {len(ended)}: {step.end[0][1]}", now=now)
+            _event(events, pool, K.TERMINATED, f"ending {len(ended)}: {why}", now=now)
     if step.spot_short and pool.refusal_reason != "no spot capacity":
         _event(
             events,

@@ -94,13 +94,22 @@ def plan(
         result.launch_spot = 0  # counted in spot_short above, or filled with on-demand
     surplus = len(counted) - desired
     running = sum(1 for h in counted if not h.pending)
-    if running >= desired:
-        # The hosts that replace the leaving ones run: hand over now, not at the lease's end.
-        result.end += [
-            (h, "handed over: the hosts replacing it run")
-            for h in hosts
-            if h.leaving and h.status in SERVING
-        ]
+    # Hand leaving hosts over as their replacements run, the oldest first and one by one, never
+    # below desired running hosts in all: when a quota let only some replacements start, each
+    # host handed over frees the room for the next one.
+    serving = running + sum(1 for h in hosts if h.leaving and h.status == S.RUNNING)
+    for host in sorted(
+        (h for h in hosts if h.leaving and h.status in SERVING),
+        key=lambda h: (not h.pending, h.launched_at.timestamp() if h.launched_at else 0.0),
+    ):
+        if host.pending:
+            if running < desired:
+                continue
+        elif serving - 1 < desired:
+            break
+        else:
+            serving -= 1
+        result.end.append((host, "handed over: the hosts replacing it run"))
     left_od, left_spot = list(on_demand), list(spot)
     for _ in range(max(0, surplus)):
         if len(left_spot) > want_spot or (len(left_od) <= want_od and left_spot):

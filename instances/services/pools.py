@@ -336,6 +336,14 @@ def held_orders_cancel(pool: Pool, user: User, reason: str) -> list[str]:
             decided_by=user, decided_at=timezone.now(), decision_reason=reason[:500]
         )
         said.append(f"the raise to {order.count} waiting for approval is cancelled ({reason})")
+        if user.pk != order.requester_id:
+            notice_send(
+                user=order.requester,
+                subject=f"Pool {pool.name}: your request for {order.count} hosts was withdrawn",
+                body=f"{user.username} withdrew it ({reason}) while it waited for approval; "
+                "nothing was launched for it.",
+                link=f"/pools/{pool.pk}/",
+            )
     return said
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 from django.urls import reverse
 from django.utils import timezone
@@ -157,6 +158,7 @@ def test_the_chart_data_is_the_pools_samples_of_the_last_day(client, alice, make
     # The window the chart spans, whatever samples there are: the last 24 h.
     start, end = (datetime.fromisoformat(body[k]) for k in ("from", "to"))
     assert end - start == timedelta(hours=24) and abs(end - now) < timedelta(minutes=1)
+    assert body["gap_seconds"] == max(3 * settings.PORTAL_AUTOSCALE_SECONDS, 900)  # then a gap
 
 
 def test_set_desired_by_hand_and_refuse_outside_min_max(client, alice, make_pool):

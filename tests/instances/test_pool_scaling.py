@@ -187,6 +187,30 @@ def test_target_tracking_scales_out_respects_cooldown_and_scales_in_the_idle_hos
     assert [h.pk for h in ended] == [idle.pk]
 
 
+def test_hosts_being_handed_over_are_not_counted_twice_by_target_tracking(make_pool, clock):
+    pool = make_pool(
+        desired=2,
+        target_gpu_utilization=70,
+        warmup_minutes=0,
+        scale_out_minutes=5,
+        cooldown_minutes=10,
+    )
+    services.autoscale()
+    old = provision_all()
+    clock.move_to(min(h.lease_expires_at for h in old) - timedelta(minutes=20))
+    services.autoscale()  # their leases end soon: two replacements
+    provision_all()
+    assert len(alive(pool, status=S.RUNNING)) == 4
+    # All four are hot; the pass checks the target before it hands the old ones over, and
+    # counts the replacements only.
+    now = clock.now.replace(second=0, microsecond=0)
+    readings(alive(pool), start=now, minutes=5, utilization=95)
+    clock.shift(timedelta(minutes=5, seconds=30))
+    services.autoscale()
+    pool.refresh_from_db()
+    assert pool.desired == 3  # ceil(2 x 95 / 70), not ceil(4 x 95 / 70) = 6
+
+
 def test_hosts_in_warm_up_do_not_count(make_pool, clock):
     pool = make_pool(desired=1, target_gpu_utilization=50, warmup_minutes=30, scale_out_minutes=3)
     services.autoscale()

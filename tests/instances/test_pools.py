@@ -4,7 +4,7 @@ autoscaler pass (the worker's tasks run here by hand)."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
@@ -139,6 +139,19 @@ def test_a_leaving_host_ends_only_once_the_hosts_replacing_it_run():
     assert step.end == [(pool_hosts[0], "handed over: the hosts replacing it run")]
 
 
+def test_when_only_some_replacements_could_start_the_leaving_hosts_go_one_by_one():
+    """A quota admitted one replacement for two hosts whose leases end: the oldest leaving host
+    is handed over once it runs, which frees the room for the second replacement."""
+    pool_hosts = hosts((OD, S.RUNNING), (OD, S.RUNNING), (OD, S.RUNNING))
+    for number, host in enumerate(pool_hosts):
+        host.launched_at = datetime(2026, 11, 2, number, tzinfo=UTC)
+    pool_hosts[0].leaving = pool_hosts[1].leaving = True
+    kwargs = {"desired": 2, "base": 0, "spot_percent": 0, "spot_available": True}
+    step = plan(hosts=pool_hosts, on_demand_fill=True, **kwargs)
+    assert step.end == [(pool_hosts[0], "handed over: the hosts replacing it run")]
+    assert step.launch_on_demand == 1  # the second replacement, once the quota allows
+
+
 # --- creating, approval, sizes -----------------------------------------------------------------
 
 
@@ -236,10 +249,15 @@ def test_a_second_raise_replaces_the_one_that_waits_and_lowering_max_withdraws_i
     changed = pool.events.filter(kind=PoolEvent.Kind.CHANGED).order_by("-at", "-pk").first()
     assert "raise to 8 waiting for approval is cancelled (superseded by max 6)" in changed.message
     assert "max 6 waits for approval" in changed.message
+    assert not Notice.objects.filter(user=alice, subject__contains="withdrawn").exists()
     # Lowering max to what was approved withdraws the raise: approving it later is impossible.
-    pool = services.pool_update(pool=pool, user=alice, max_size=3)
+    # An admin did it, so alice, who asked for it, hears of it.
+    pool = services.pool_update(pool=pool, user=ada, max_size=3)
     assert waiting() == [] and (pool.max_size, pool.desired) == (3, 3)
     assert Order.objects.get(pool=pool, count=6).decision_reason == "withdrawn: max set to 3"
+    notice = Notice.objects.get(user=alice, subject__contains="withdrawn")
+    assert notice.subject == "Pool trainers: your request for 6 hosts was withdrawn"
+    assert notice.body.startswith("ada withdrew it (withdrawn: max set to 3)")
 
 
 def test_bob_cannot_resize_alices_pool_but_a_manager_or_admin_can(make_pool, bob, ada):
@@ -275,6 +293,55 @@ def test_a_pool_host_is_replaced_before_its_lease_ends_and_ends_once_the_new_one
     ended = Instance.objects.get(pk=old[0].pk).events.get(new_status=S.TERMINATING)
     assert ended.reason == "pool trainers: handed over: the hosts replacing it run"
     assert services.autoscale().launched == []
+
+
+def test_a_pool_at_its_quota_hands_its_hosts_over_one_by_one_without_dipping(
+    make_pool, projects, ada, clock
+):
+    quota_set(project=projects["vision-lab"], actor=ada, max_gpus=3)
+    pool = make_pool(desired=2)
+    services.autoscale()
+    old = provision_all()
+    clock.move_to(min(host.lease_expires_at for host in old) - timedelta(minutes=25))
+    lowest = 2
+
+    def step(minutes: int = 0):
+        nonlocal lowest
+        clock.shift(timedelta(minutes=minutes))
+        report = services.autoscale()
+        settle_terminations()
+        provision_all()
+        lowest = min(lowest, len(alive(pool, status=S.RUNNING)))
+        return report
+
+    assert len(step().launched) == 1  # the quota has room for one replacement
+    assert len(step().ended) == 1  # it runs: the oldest host is handed over, room frees
+    step(2)  # past the backoff of the refused second replacement
+    assert len(step().ended) == 1
+    running = alive(pool, status=S.RUNNING)
+    assert len(running) == 2 and not {h.pk for h in running} & {h.pk for h in old}
+    assert lowest == 2, "the pool dipped below desired during the handover"
+
+
+def test_a_lease_shorter_than_the_handover_window_is_handed_over_at_half_time(
+    make_pool, projects, ada, clock, settings
+):
+    settings.PORTAL_POOL_LEASE_HANDOVER_SECONDS = 4 * 3600
+    quota_set(project=projects["vision-lab"], actor=ada, max_lease_hours=1)
+    pool = make_pool(desired=1)
+    services.autoscale()
+    provision_all()
+    for _ in range(3):  # a fresh host is not leaving: no replacement after replacement
+        assert services.autoscale().launched == []
+        provision_all()
+    clock.shift(timedelta(minutes=31))
+    assert len(services.autoscale().launched) == 1
+    provision_all()
+    assert len(services.autoscale().ended) == 1
+    for _ in range(3):
+        assert services.autoscale().launched == []
+        provision_all()
+    assert len(alive(pool)) == 1
 
 
 # --- limits: quota, budget -------------------------------------------------------------------

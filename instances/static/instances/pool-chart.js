@@ -27,18 +27,20 @@
   // the real number.
   function datasets(body, at, top) {
     const quota = body.quota.map((v) => (v === null ? null : Math.min(v, top)));
+    // Samples further apart than a few passes are not joined: a pause shows as a gap.
+    const gap = body.gap_seconds * 1000;
     return [
       { label: "Running on-demand", data: points(at, body.on_demand), borderColor: "#5b4bd8",
         backgroundColor: "rgba(91,75,216,.35)", fill: "origin", stack: "running", stepped: true,
-        pointRadius: 0, borderWidth: 1 },
+        pointRadius: 0, borderWidth: 1, spanGaps: gap },
       { label: "Running spot", data: points(at, body.spot), borderColor: "#19b784",
         backgroundColor: "rgba(25,183,132,.35)", fill: "-1", stack: "running", stepped: true,
-        pointRadius: 0, borderWidth: 1 },
+        pointRadius: 0, borderWidth: 1, spanGaps: gap },
       { label: "Desired", data: points(at, body.desired), borderColor: "#1f2a44", borderWidth: 2,
-        fill: false, stepped: true, pointRadius: 0, stack: "desired" },
+        fill: false, stepped: true, pointRadius: 0, stack: "desired", spanGaps: gap },
       { label: "Quota allows", data: points(at, quota), raw: body.quota, borderColor: "#d9534f",
         borderDash: [6, 4], borderWidth: 1.5, fill: false, stepped: true, pointRadius: 0,
-        spanGaps: false, stack: "quota" },
+        spanGaps: gap, stack: "quota" },
     ];
   }
 

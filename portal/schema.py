@@ -99,6 +99,8 @@ def form_field_schema(field: forms.Field) -> dict | None:
         return schema
     if isinstance(field, forms.DateTimeField):
         return {"type": "string", "format": "date-time"}
+    if isinstance(field, forms.UUIDField):
+        return {"type": "string", "format": "uuid"}
     if isinstance(field, forms.CharField) and not isinstance(field, forms.ModelChoiceField):
         # A field with its own grammar says it as `schema_pattern`.
         schema = {"type": "string", "pattern": getattr(field, "schema_pattern", NO_NUL)}

@@ -91,25 +91,27 @@ def _tenths(amount) -> str:
 
 
 def _fixed(units: int, places: int) -> str:
-    """Whole units of 10**-places as the decimal string DRF would print; integer arithmetic,
-    since this runs for every figure of every line."""
-    whole, part = divmod(abs(units), 10**places)
-    return f"{'-' if units < 0 else ''}{whole}.{part:0{places}d}"
+    """Whole units of 10**-places as the decimal string DRF would print: the digits of the
+    integer with a point put in (no division, no Decimal), since this runs for every figure of
+    every line (82,000 times for a quarter by user and day)."""
+    if units < 0:
+        return "-" + _fixed(-units, places)
+    digits = str(units).rjust(places + 1, "0")
+    return digits[:-places] + "." + digits[-places:]
 
 
 def _exact(exact: Exact) -> dict:
-    micros = exact.micros()
-    return {name: _fixed(amount, 6) for name, amount in micros.items()}
+    return {name: _fixed(amount, 6) for name, amount in exact.micros().items()}
 
 
 def _figures(figures: Figures) -> dict:
-    on_demand, spot = figures.on_demand_cents, figures.spot_cents
+    on_demand, spot, savings = figures.on_demand_cents, figures.spot_cents, figures.savings_cents
     return {
         "cost": _fixed(on_demand + spot, 2),
         "on_demand": _fixed(on_demand, 2),
         "spot": _fixed(spot, 2),
-        "savings": _fixed(figures.savings_cents, 2),
-        "on_demand_equivalent": _fixed(on_demand + spot + figures.savings_cents, 2),
+        "savings": _fixed(savings, 2),
+        "on_demand_equivalent": _fixed(on_demand + spot + savings, 2),
         "gpu_hours": _fixed(figures.gpu_tenths, 1),
         "exact": _exact(figures.exact),
     }

@@ -266,3 +266,15 @@ def test_the_page_prints_the_rounding_rule(client, fin, twin_spend):
     assert "lies between the floor and the ceiling of its exact value" in text
     assert "lines with the same exact spend show the same amount" in text
     assert "the lines add up to the total in every column" in text
+
+
+@pytest.mark.parametrize("places", [1, 2, 6])
+def test_the_api_prints_whole_units_as_decimal_would_without_dividing(places):
+    from random import Random
+
+    from billing.api.serializers import _fixed
+
+    edges = [0, 1, -1, 9, -9, 10, 99, 100, -100, 10**places, 10**20 + 7, -(10**20)]
+    values = edges + [Random(places).randint(-(10**12), 10**12) for _ in range(2000)]
+    for units in values:
+        assert _fixed(units, places) == format(Decimal(units).scaleb(-places), "f"), units

@@ -21,7 +21,7 @@ from django.views.decorators.http import require_POST
 from instances import services
 from instances.checkpoints import backup_dir
 from instances.models import ACTIONS, Instance, Order
-from instances.selectors import held_orders, latest_gpu_readings
+from instances.selectors import held_orders, hosts_named, latest_gpu_readings
 from instances.services.idle import warn_after_minutes
 from instances.usage import costs_so_far, rate_now, running_seconds
 from portal import permissions
@@ -268,15 +268,9 @@ def hosts_bulk(request: HttpRequest) -> HttpResponse:
         ) from None
     if not ids:
         raise ValidationError(f"Tick the hosts to {action.name} first.")
-    hosts = list(
-        Instance.objects.for_user(request.user)
-        .filter(pk__in=ids)
-        .select_related("instance_type", "project")
-        .distinct()
-    )
-    if len(hosts) < len(ids):
+    hosts = hosts_named(request.user, ids)
+    if hosts is None:
         raise Http404  # a host this person may not see is not named, even as missing
-    hosts.sort(key=lambda host: host.name)
     done, refused = services.instances_request_action(
         instances=hosts, user=request.user, action=action.name
     )

@@ -8,7 +8,6 @@ Named in PORTAL_METRICS_COLLECTORS, so portal/metrics.py never imports this app.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable
 
 from django.db import transaction
@@ -80,16 +79,13 @@ def collect_pools() -> Iterable[Metric]:
 
 
 def autoscale_counted(report) -> None:
-    """What one autoscaler pass did: hosts launched and ended by market, refusals by limit."""
-    for action, ids in (("launched", report.launched), ("ended", report.ended)):
-        if ids:
-            for market, n in Counter(
-                Instance.objects.filter(pk__in=ids).values_list("market", flat=True)
-            ).items():
-                AUTOSCALER_HOSTS.labels(action, market).inc(n)
-    for _pool, sentence in report.refused:
-        limit = sentence.split(" ", 1)[0]
-        AUTOSCALER_REFUSALS.labels(limit if limit in ("quota", "budget") else "other").inc()
+    """What one autoscaler pass did (its report's counts): hosts launched and ended by market,
+    refusals by limit."""
+    for (action, label), n in report.counts.items():
+        if action == "held":
+            AUTOSCALER_REFUSALS.labels(label).inc(n)
+        else:
+            AUTOSCALER_HOSTS.labels(action, label).inc(n)
 
 
 def order_counted(outcome: str) -> None:

@@ -33,6 +33,20 @@ def instance_load(instance_id) -> Instance:
     return Instance.objects.with_detail().get(pk=instance_id)
 
 
+def hosts_named(user, ids) -> list[Instance] | None:
+    """The hosts a bulk action names, by name, if the user sees every one of them; None when
+    one is not a host they see (the caller answers 404 without saying which)."""
+    hosts = list(
+        Instance.objects.for_user(user)
+        .filter(pk__in=ids)
+        .select_related("instance_type", "project")
+        .distinct()
+    )
+    if len(hosts) < len(set(ids)):
+        return None
+    return sorted(hosts, key=lambda host: host.name)
+
+
 def held_orders(user, *, mine: bool = True) -> list[dict]:
     """Orders waiting for approval that this person may see (``mine``: that they placed), the
     oldest first, each with who may decide it and whether this person may cancel it. One query

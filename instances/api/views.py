@@ -35,6 +35,7 @@ from instances.models import (
     InstanceType,
     Order,
 )
+from instances.selectors import hosts_named
 from portal import permissions
 from portal.errors import Forbidden
 from portal.rest import NUL_MESSAGE, has_nul
@@ -222,11 +223,9 @@ class InstanceViewSet(KeepRunningActions, viewsets.ReadOnlyModelViewSet):
         code and sentence, and the others go ahead."""
         body = BulkActionSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        ids = set(body.validated_data["instances"])
-        hosts = list(Instance.objects.for_user(request.user).filter(pk__in=ids).distinct())
-        if len(hosts) < len(ids):
+        hosts = hosts_named(request.user, body.validated_data["instances"])
+        if hosts is None:
             raise NotFound("No such host: every id must be a host you can see.")
-        hosts.sort(key=lambda host: host.name)
         done, refused = services.instances_request_action(
             instances=hosts, user=request.user, action=body.validated_data["action"]
         )

@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -87,6 +87,13 @@ class AutoscaleReport:
     ended: list = field(default_factory=list)
     refused: list = field(default_factory=list)
     moved: list = field(default_factory=list)
+    # For the metrics: hosts by ("launched" or "ended", market), refusals by ("held", limit).
+    counts: Counter = field(default_factory=Counter)
+
+    def count_ended(self, hosts: list[Host], ended: list[str]) -> None:
+        self.ended += ended
+        market = {str(h.id): h.market for h in hosts}
+        self.counts.update(("ended", market[pk]) for pk in ended)
 
 
 def autoscale(*, now: datetime | None = None) -> AutoscaleReport:
@@ -321,15 +328,17 @@ def _converge(pool: Pool, hosts: list[Host], types: dict, now: datetime, events,
         on_demand_fill=pool.spot_percent < 100
         or pool.interruption_policy == InterruptionPolicy.FALLBACK_ON_DEMAND,
     )
-    reasons: dict[str, list] = defaultdict(list)
+    reasons: dict[str, list[Host]] = defaultdict(list)
     for host, why in step.end:
-        reasons[why].append(host.id)
-    for why, ids in reasons.items():
+        reasons[why].append(host)
+    for why, group in reasons.items():
         ended = hosts_end(
-            Instance.objects.filter(pk__in=ids), reason=f"pool {pool.name}: {why}", actor=ACTOR
+            Instance.objects.filter(pk__in=[h.id for h in group]),
+            reason=f"pool {pool.name}: {why}",
+            actor=ACTOR,
         )
         if ended:
-            report.ended += ended
+            report.count_ended(group, ended)
             _event(events, pool, K.TERMINATED, f"ending {len(ended)}: {why}", now=now)
     if step.spot_short and pool.refusal_reason != "no spot capacity":
         _event(
@@ -396,6 +405,7 @@ def _launch(pool: Pool, hosts, wanted, now: datetime, events, report) -> None:
     counted = sum(1 for h in hosts if h.status in SERVING and not h.leaving)
     if admitted:
         report.launched += [str(r.pk) for r in rows]
+        report.counts.update(("launched", r.market) for r in rows)
         by_market = defaultdict(int)
         for row in rows:
             by_market[row.market.replace("_", "-")] += 1
@@ -411,6 +421,7 @@ def _launch(pool: Pool, hosts, wanted, now: datetime, events, report) -> None:
         what = "a limit"
     sentence = f"{what} holds pool at {counted + admitted} of {pool.desired}: {refused.message}"
     report.refused.append((pool, sentence))
+    report.counts["held", what if what in ("quota", "budget") else "other"] += 1
     # A new event when the pool is held at another count (not for each retry's wording).
     if pool.refusal_streak == 0 or pool.refusal_reason.split(":")[0] != sentence.split(":")[0]:
         _event(events, pool, K.REFUSED, sentence, now=now)
@@ -475,11 +486,12 @@ def _create_hosts(
 def _finish_deleting(pool: Pool, hosts: list[Host], now: datetime, events, report) -> None:
     live = [h for h in hosts if h.status not in (S.TERMINATING, S.INTERRUPTED)]
     if live:
-        report.ended += hosts_end(
+        ended = hosts_end(
             Instance.objects.filter(pk__in=[h.id for h in live]),
             reason=f"pool {pool.name} deleted",
             actor=ACTOR,
         )
+        report.count_ended(live, ended)
     elif not hosts:
         pool.status = Pool.Status.DELETED
         _event(events, pool, K.DELETED, "its last host has ended", now=now)

@@ -21,7 +21,7 @@ from datetime import date, datetime, timedelta
 from decimal import Decimal
 from functools import cached_property
 
-from django.db.models import F, Q, Sum
+from django.db.models import F, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import TruncMonth, TruncWeek
 
 from audit.csv_stream import csv_lines
@@ -258,14 +258,35 @@ def rollups_for(viewer, query: ReportQuery):
     return rows
 
 
-def _labels(group_by: str, keys) -> dict:
-    keys = set(keys)
+class GroupLabel(Subquery):
+    """A group's label read in the report's own query, beside its sums: a subquery on the
+    group's key, which the query already groups by, so it is not grouped by itself and runs
+    once per group (grouping by it would run it once per rollup row)."""
+
+    def get_group_by_cols(self):
+        return []
+
+
+def _label_query(group_by: str):
+    """The label of a group that names a row of another table (its slug, username or type
+    name), as a subquery on the rollup's key; None where labels need no lookup or no single
+    column holds them (markets, GPU models, pools)."""
     if group_by == "project":
-        return dict(Project.objects.filter(pk__in=keys).values_list("pk", "slug"))
+        return GroupLabel(
+            Project.objects.filter(pk=OuterRef("project_id")).order_by().values("slug")
+        )
     if group_by == "user":
-        return dict(User.objects.filter(pk__in=keys).values_list("pk", "username"))
+        return GroupLabel(User.objects.filter(pk=OuterRef("user_id")).order_by().values("username"))
     if group_by == "instance_type":
-        return dict(InstanceType.objects.filter(pk__in=keys).values_list("pk", "name"))
+        return GroupLabel(
+            InstanceType.objects.filter(pk=OuterRef("instance_type_id")).order_by().values("name")
+        )
+    return None
+
+
+def _labels(group_by: str, keys) -> dict:
+    """Labels of the groups whose label has no subquery (_label_query)."""
+    keys = set(keys)
     if group_by == "market":
         return {key: Market(key).label for key in keys}
     if group_by == "pool":
@@ -287,22 +308,30 @@ def last_metered_at() -> datetime | None:
 
 
 def cost_report(*, viewer, query: ReportQuery) -> Report:
-    """The report a viewer may see: one aggregate query over the rollups, then rounding."""
+    """The report a viewer may see: one aggregate query over the rollups (the groups' labels
+    read in it), then rounding."""
     trunc = {"day": F("day"), "week": TruncWeek("day"), "month": TruncMonth("day")}
+    sums = {
+        "on_demand": Sum("cost_rs", filter=~Q(market=Market.SPOT)),
+        "spot": Sum("cost_rs", filter=Q(market=Market.SPOT)),
+        "list_cost": Sum("list_cost_rs"),
+        "cost": Sum("cost_rs"),
+        "gpu_seconds": Sum("gpu_seconds"),
+    }
+    label = _label_query(query.group_by)
+    if label is not None:
+        sums["label"] = label
     rows = (
         rollups_for(viewer, query)
         .values(period=trunc[query.granularity], key=F(_GROUP_FIELD[query.group_by]))
-        .annotate(
-            on_demand=Sum("cost_rs", filter=~Q(market=Market.SPOT)),
-            spot=Sum("cost_rs", filter=Q(market=Market.SPOT)),
-            list_cost=Sum("list_cost_rs"),
-            cost=Sum("cost_rs"),
-            gpu_seconds=Sum("gpu_seconds"),
-        )
+        .annotate(**sums)
         .order_by()
     )
     exact: dict[str, dict[date, Exact]] = defaultdict(dict)
+    labels = {}
     for row in rows:
+        if label is not None:
+            labels[row["key"]] = row["label"]
         period = row["period"]
         if isinstance(period, datetime):
             period = period.date()
@@ -315,7 +344,9 @@ def cost_report(*, viewer, query: ReportQuery) -> Report:
                 gpu_seconds=int(row["gpu_seconds"] or 0),
             )
         )
-    return report_round(query, exact, _labels(query.group_by, exact))
+    return report_round(
+        query, exact, labels if label is not None else _labels(query.group_by, exact)
+    )
 
 
 def total_figures(exact: Exact) -> Figures:

@@ -181,6 +181,39 @@ def test_reports_read_the_rollups_not_the_usage_rows(api_as, fin, month, django_
     assert api_as(fin).get(f"/api/v1/costs/?{query(month)}").json()["total"]["cost"] == "0.00"
 
 
+@pytest.mark.parametrize(
+    ("group_by", "labels"),
+    [
+        ("project", {"nlp-lab", "vision-lab"}),
+        ("user", {"alice", "bob", "carol"}),
+        ("instance_type", {"g5.xlarge"}),
+        ("market", {"On-demand", "Spot"}),
+    ],
+)
+def test_a_report_reads_its_sums_and_its_labels_in_one_query(fin, month, group_by, labels):
+    """The groups' names come with the sums (a subquery run once per group), not from a
+    second query, and grouping by the name would not change the lines."""
+    from datetime import date
+
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from billing.reports import ReportQuery, cost_report
+
+    query = ReportQuery(
+        start=date.fromisoformat(month["start"]),
+        end=date.fromisoformat(month["end"]),
+        group_by=group_by,
+    )
+    with CaptureQueriesContext(connection) as captured:
+        report = cost_report(viewer=fin, query=query)
+    assert len(captured.captured_queries) == 1, [q["sql"] for q in captured.captured_queries]
+    assert "GROUP BY 1, 2" in captured.captured_queries[0]["sql"]
+    assert {g.label for g in report.groups} == labels
+    assert {line.label for line in report.lines} == labels
+    assert len(report.lines) == len({(line.period, line.key) for line in report.lines})
+
+
 def test_an_empty_range_is_an_empty_report(api_as, alice):
     body = api_as(alice).get("/api/v1/costs/?start=2020-01-01&end=2020-01-31").json()
     assert body["total"]["cost"] == "0.00"

@@ -16,7 +16,12 @@ from instances.models import (
 )
 from instances.services.orders import order_admit, order_instances_create, order_request_of
 from instances.services.pools import pool_order_decided
-from instances.services.transitions import IllegalTransition, actor_of, order_transition
+from instances.services.transitions import (
+    IllegalTransition,
+    actor_of,
+    order_decided,
+    order_transition,
+)
 from portal import permissions
 from portal.errors import Conflict, Forbidden
 from portal.models import User
@@ -62,14 +67,12 @@ def order_approve(*, order: Order, user: User, reason: str = "") -> Order:
         if not order.pool_id:
             # A pool's hosts are admitted one launch at a time, when the pool grows.
             order_admit(order_request_of(order))
-        order, _ = order_transition(
+        order = order_decided(
             order=order,
             to=Order.Status.APPROVED,
-            reason=reason or "approved",
-            actor=actor_of(user),
-        )
-        Order.objects.filter(pk=order.pk).update(
-            decided_by=user, decided_at=timezone.now(), decision_reason=reason[:500]
+            user=user,
+            reason=reason,
+            said=reason or "approved",
         )
         if order.pool_id:
             pool_order_decided(order=order, approved=True, actor=actor_of(user), reason=reason)
@@ -100,14 +103,11 @@ def order_reject(*, order: Order, user: User, reason: str) -> Order:
         )
     with transaction.atomic():
         order = _lock_undecided(order)
-        order, _ = order_transition(
-            order=order, to=Order.Status.REJECTED, reason=reason, actor=actor_of(user)
+        order = order_decided(
+            order=order, to=Order.Status.REJECTED, user=user, reason=reason, said=reason
         )
         if order.pool_id:
             pool_order_decided(order=order, approved=False, actor=actor_of(user), reason=reason)
-        Order.objects.filter(pk=order.pk).update(
-            decided_by=user, decided_at=timezone.now(), decision_reason=reason[:500]
-        )
         notice_send(
             user=order.requester,
             subject=f"Rejected: {order.count}× {order.instance_type.name} for {order.project.slug}",
@@ -128,14 +128,11 @@ def order_cancel(*, order: Order, user: User, reason: str = "") -> Order:
     with transaction.atomic():
         order = _lock_undecided(order)
         said = reason or f"cancelled by {user.username}"
-        order, _ = order_transition(
-            order=order, to=Order.Status.CANCELLED, reason=said, actor=actor_of(user)
+        order = order_decided(
+            order=order, to=Order.Status.CANCELLED, user=user, reason=reason, said=said
         )
         if order.pool_id:
             pool_order_decided(order=order, approved=False, actor=actor_of(user), reason=said)
-        Order.objects.filter(pk=order.pk).update(
-            decided_by=user, decided_at=timezone.now(), decision_reason=reason[:500]
-        )
         if user.pk != order.requester_id:
             notice_send(
                 user=order.requester,

@@ -39,7 +39,7 @@ from instances.services.transitions import (
     IllegalTransition,
     actor_of,
     instance_transition,
-    order_transition,
+    order_decided,
 )
 from portal import permissions
 from portal.errors import Conflict, Forbidden
@@ -326,14 +326,12 @@ def held_orders_cancel(pool: Pool, user: User, reason: str) -> list[str]:
     it leaves the approvers' queue, decided by ``user`` for ``reason``. Says what it did."""
     said = []
     for order in Order.objects.filter(pool=pool, status=Order.Status.PENDING_APPROVAL):
-        order_transition(
+        order_decided(
             order=order,
             to=Order.Status.CANCELLED,
-            reason=f"{reason} by {user.username}",
-            actor=actor_of(user),
-        )
-        Order.objects.filter(pk=order.pk).update(
-            decided_by=user, decided_at=timezone.now(), decision_reason=reason[:500]
+            user=user,
+            reason=reason,
+            said=f"{reason} by {user.username}",
         )
         said.append(f"the raise to {order.count} waiting for approval is cancelled ({reason})")
         if user.pk != order.requester_id:

@@ -46,6 +46,16 @@ def order_transition(*, order: Order, to: str, reason: str, actor: str) -> tuple
     return row, True
 
 
+def order_decided(*, order: Order, to: str, user: User, reason: str, said: str) -> Order:
+    """Take an order out of waiting for approval (approved, rejected or withdrawn) and record
+    who decided, when and why (``reason``, as they wrote it; ``said`` goes on the event)."""
+    order, _ = order_transition(order=order, to=to, reason=said, actor=actor_of(user))
+    Order.objects.filter(pk=order.pk).update(
+        decided_by=user, decided_at=timezone.now(), decision_reason=reason[:500]
+    )
+    return order
+
+
 # --- the instance state machine --------------------------------------------------------------
 
 

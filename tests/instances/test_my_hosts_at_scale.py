@@ -84,6 +84,28 @@ def test_bulk_terminate_asks_each_host_through_the_action_service(hosts, alice):
     assert hosts[0].status == "running"
 
 
+def test_a_managers_bulk_action_reads_their_projects_once_not_per_host(hosts, bob, projects):
+    """bob manages vision-lab: he may end alice's hosts, and who he manages is read once for the
+    batch (the per-host request used to read it again for every host)."""
+    from unittest import mock
+
+    from portal import permissions
+    from portal.models import Membership
+    from portal.services import membership_set
+
+    membership_set(project=projects["vision-lab"], user=bob, role=Membership.Role.MANAGER)
+    with mock.patch.object(
+        permissions, "managed_project_ids", wraps=permissions.managed_project_ids
+    ) as managed:
+        response = bulk(signed_in(bob), "terminate", *hosts)
+    assert response.status_code == 302
+    assert said(response)[0].startswith("Terminate requested for 3 hosts")
+    assert managed.call_count == 1
+    assert {h.status for h in Instance.objects.filter(pk__in=[h.pk for h in hosts])} == {
+        "terminating"
+    }
+
+
 def test_bulk_stop_goes_ahead_where_it_can_and_names_the_refusals(hosts, alice, place_order):
     spot = provisioned(place_order(alice, market="spot"))[0]
     response = bulk(signed_in(alice), "stop", hosts[0], spot)

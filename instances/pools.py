@@ -88,6 +88,9 @@ class Pool(models.Model):
     # A refused scale-out (quota, budget) waits until blocked_until, doubling each time;
     # refusal_reason is what the page shows, refusal_streak counts the refusals in a row.
     blocked_until = models.DateTimeField(null=True, blank=True)
+    # The markets whose launches were refused and wait ("on_demand", "spot"); the other market
+    # still launches meanwhile (a budget that blocks on-demand leaves spot replacements alone).
+    blocked_markets = models.JSONField(default=list, blank=True)
     refusal_streak = models.PositiveSmallIntegerField(default=0)
     refusal_reason = models.CharField(max_length=500, blank=True)
     # {"spot:g5.xlarge": "2026-11-30T12:00:00+00:00"}: a market and type the cloud had no

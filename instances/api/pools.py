@@ -21,6 +21,7 @@ from instances.models import (
     Instance,
     InstanceType,
     InterruptionPolicy,
+    Market,
     Pool,
     PoolEvent,
     PoolSchedule,
@@ -86,6 +87,11 @@ class PoolSerializer(serializers.ModelSerializer):
     running_on_demand = serializers.IntegerField(read_only=True)
     running_spot = serializers.IntegerField(read_only=True)
     pending = serializers.IntegerField(read_only=True)
+    blocked_markets = serializers.ListField(
+        child=serializers.ChoiceField(choices=Market.choices),
+        read_only=True,
+        help_text="The markets whose launches wait until blocked_until (the other still launches)",
+    )
 
     class Meta:
         model = Pool
@@ -117,6 +123,7 @@ class PoolSerializer(serializers.ModelSerializer):
             "pending",
             "refusal_reason",
             "blocked_until",
+            "blocked_markets",
             "created_at",
         ]
         read_only_fields = fields

@@ -10,7 +10,8 @@ target and manual changes, then converge: launch what is missing, end what is su
   each host ended is a transition).
 - A launch passes ORDER_ADMISSION_CHECKS (quota, budget) through admission_refusal(); a refusal
   launches what fits, records the reason as a pool event, and waits with a doubling backoff
-  (one notice per streak of refusals).
+  (one notice per streak of refusals). Only the refused market waits: a budget that blocks
+  on-demand leaves the pool's spot launches and spot replacements going.
 - Market mix: the first on_demand_base hosts on-demand, spot_percent of the rest spot. A spot
   market without capacity (a hold set by the provision task) is filled with on-demand when the
   pool allows on-demand (spot_percent < 100 or policy fallback_on_demand); when spot returns the
@@ -71,6 +72,7 @@ POOL_FIELDS = [
     "status_reason",
     "last_scaled_at",
     "blocked_until",
+    "blocked_markets",
     "refusal_streak",
     "refusal_reason",
     "capacity_holds",
@@ -351,13 +353,20 @@ def _converge(pool: Pool, hosts: list[Host], types: dict, now: datetime, events,
         )
     wanted = [(Market.ON_DEMAND, od_type, step.launch_on_demand)]
     wanted.append((Market.SPOT, spot_type, step.launch_spot))
-    wanted = [(m, t, n) for m, t, n in wanted if n > 0 and t is not None]
-    if not wanted or (pool.blocked_until and now < pool.blocked_until):
-        return
-    _launch(pool, hosts, wanted, now, events, report)
+    waiting = _waiting_markets(pool, now)
+    wanted = [(m, t, n) for m, t, n in wanted if n > 0 and t is not None and m not in waiting]
+    if wanted:
+        _launch(pool, hosts, wanted, now, events, report, waiting)
 
 
-def _launch(pool: Pool, hosts, wanted, now: datetime, events, report) -> None:
+def _waiting_markets(pool: Pool, now: datetime) -> set[str]:
+    """The markets whose launches wait out the backoff of a refusal; the other still launches."""
+    if pool.blocked_until and now < pool.blocked_until:
+        return set(pool.blocked_markets)
+    return set()
+
+
+def _launch(pool: Pool, hosts, wanted, now: datetime, events, report, waiting: set[str]) -> None:
     """Admit as many of the wanted hosts as the limits allow (the project row stays locked
     until the pass commits), create their rows and send their launches on commit.
 
@@ -369,7 +378,7 @@ def _launch(pool: Pool, hosts, wanted, now: datetime, events, report) -> None:
     order = pool.launch_order
     base = order_request_of(order)
     rows: list[Instance] = []
-    refused = None
+    refused, refused_markets = None, set()
     for market, instance_type, wanted_count in wanted:
 
         def refusal(count: int, market=market, instance_type=instance_type):
@@ -391,6 +400,7 @@ def _launch(pool: Pool, hosts, wanted, now: datetime, events, report) -> None:
         part_refused = refusal(wanted_count)
         if part_refused is not None:
             refused = refused or part_refused
+            refused_markets.add(market)
             low, high = 0, wanted_count - 1  # the largest count that fits, by halves
             while low < high:
                 middle = (low + high + 1) // 2
@@ -412,9 +422,12 @@ def _launch(pool: Pool, hosts, wanted, now: datetime, events, report) -> None:
         said = ", ".join(f"{n} {m}" for m, n in sorted(by_market.items()))
         _event(events, pool, K.LAUNCHED, f"launching {said} toward desired {pool.desired}", now=now)
     if refused is None:
+        if waiting:
+            return  # the other market still waits out its refusal
         if pool.refusal_streak:
             _event(events, pool, K.LAUNCHED, "the limit that held the pool moved", now=now)
         pool.refusal_streak, pool.refusal_reason, pool.blocked_until = 0, "", None
+        pool.blocked_markets = []
         return
     what = "quota" if refused.code.startswith("quota") else "budget"
     if refused.code not in ("quota_exceeded", "budget_exceeded"):
@@ -440,6 +453,7 @@ def _launch(pool: Pool, hosts, wanted, now: datetime, events, report) -> None:
     pool.refusal_streak += 1
     pool.refusal_reason = sentence[:500]
     pool.blocked_until = now + timedelta(seconds=wait)
+    pool.blocked_markets = sorted(refused_markets | waiting)
 
 
 def _create_hosts(

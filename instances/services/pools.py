@@ -280,7 +280,7 @@ def pool_update(*, pool: Pool, user: User, **changes) -> Pool:
                 setattr(row, name, value)
         row.interruption_policy = policy
         # A person's change ends the backoff of a refused scale-out: try at once.
-        row.blocked_until = None
+        row.blocked_until, row.blocked_markets = None, []
         row.save()
         if said:
             pool_event(

@@ -434,6 +434,40 @@ def test_a_budget_that_refuses_on_demand_still_lets_the_pools_spot_hosts_launch(
     assert "this order (1 host for" in refused
 
 
+def test_while_on_demand_waits_out_a_budget_refusal_lost_spot_hosts_are_replaced(
+    make_pool, projects, ada, clock, settings, client
+):
+    """Only the refused market backs off: the pool's spot replacements do not wait for the
+    on-demand host the budget blocks (before, nothing launched until the backoff ended)."""
+    from instances.providers.simulated import SimulatedProvider
+
+    settings.PORTAL_SPOT_EVENTS_QUEUE_URL = ""
+    budget_set(
+        project=projects["vision-lab"], actor=ada, monthly_amount="1.00", policy="block_on_demand"
+    )
+    pool = make_pool(desired=3, on_demand_base=1, spot_percent=100)
+    assert len(services.autoscale().launched) == 2  # the on-demand host is refused
+    pool.refresh_from_db()
+    assert pool.blocked_markets == ["on_demand"]
+    held_until = pool.blocked_until
+    assert held_until > clock.now
+    first, _ = provision_all()
+    clock.shift((held_until - clock.now) / 2)
+    SimulatedProvider().warn(first.cloud_id)
+    services.spot_events_drain()
+    report = services.autoscale()  # within the on-demand backoff
+    assert [Instance.objects.get(pk=pk).market for pk in report.launched] == [SPOT]
+    pool.refresh_from_db()
+    # The on-demand wait is untouched: same streak, no second refusal event or notice.
+    assert pool.blocked_markets == ["on_demand"] and pool.refusal_streak == 1
+    assert pool.blocked_until == held_until
+    assert pool.events.filter(kind=PoolEvent.Kind.REFUSED).count() == 1
+    assert Notice.objects.filter(subject__contains="cannot grow").count() == 1
+    client.force_login(ada)
+    page = client.get(f"/pools/{pool.pk}/").content.decode()
+    assert "On-demand launches are tried again after" in page
+
+
 def test_a_mixed_launch_is_priced_market_by_market(make_pool, projects, ada, catalog, clock):
     """The budget compares each part at its own price: one on-demand host and three spot
     hosts fit where four hosts at the on-demand price would not."""

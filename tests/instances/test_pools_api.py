@@ -154,7 +154,9 @@ def test_events_list_the_refusal_with_its_reason(api_as, alice, ada, make_pool, 
     assert "refused" in kinds
     refused = next(e for e in answer.json()["results"] if e["kind"] == "refused")
     assert refused["message"].startswith("quota holds pool at 1 of 3: ")
-    assert api_as(alice).get(f"/api/v1/pools/{pool.pk}/").json()["refusal_reason"]
+    body = api_as(alice).get(f"/api/v1/pools/{pool.pk}/").json()
+    assert body["refusal_reason"].startswith("quota holds pool at 1 of 3: ")
+    assert body["blocked_markets"] == ["on_demand"] and body["blocked_until"]
 
 
 def test_a_pools_hosts_are_listed_by_pool_with_their_names(

@@ -301,6 +301,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
     "ENUM_NAME_OVERRIDES": {
         "InstanceStatusEnum": "instances.models.Instance.Status",
+        "MarketEnum": "instances.models.Market",
         "OrderStatusEnum": "instances.models.Order.Status",
         "PoolStatusEnum": "instances.pools.Pool.Status",
     },

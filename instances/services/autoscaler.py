@@ -28,11 +28,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from instances import cron
 from instances.models import (
     TASK_OF_STATUS,
     Instance,
@@ -55,8 +53,8 @@ from instances.services.pool_plan import (
     pool_utilisation,
     quota_hosts,
 )
-from instances.services.pool_schedules import schedule_words
-from instances.services.pools import hosts_end
+from instances.services.pool_schedules import schedules_fire
+from instances.services.pools import hosts_end, pool_event
 from instances.services.queue import enqueue
 from portal.services import notice_send
 
@@ -155,7 +153,9 @@ def autoscale(*, now: datetime | None = None) -> AutoscaleReport:
             if pool.status == Pool.Status.DELETING:
                 _finish_deleting(pool, pool_hosts, now, events, report)
             else:
-                changed_schedules += _schedules_fire(pool, schedules[pool.pk], now, events)
+                changed_schedules += schedules_fire(
+                    pool, schedules[pool.pk], now, events, actor=ACTOR
+                )
                 _target_track(pool, pool_hosts, series.get(pool.pk, {}), now, events)
                 _converge(pool, pool_hosts, types, now, events, report)
                 samples.append(_sample(pool, pool_hosts, quotas, now))
@@ -183,15 +183,7 @@ def _lease_ending(row: dict, handover: timedelta, now: datetime) -> bool:
 
 def _event(events, pool, kind, message, *, now, old=None, new=None) -> None:
     events.append(
-        PoolEvent(
-            pool=pool,
-            kind=kind,
-            message=message[:500],
-            old_desired=old,
-            new_desired=new,
-            actor=ACTOR,
-            at=now,
-        )
+        pool_event(pool, kind, message, actor=ACTOR, old=old, new=new, at=now, save=False)
     )
 
 
@@ -202,58 +194,6 @@ def _set_desired(pool: Pool, value: int, *, kind, why: str, now, events) -> bool
     _event(events, pool, kind, why, now=now, old=pool.desired, new=value)
     pool.desired = value
     return True
-
-
-def _schedules_fire(
-    pool: Pool, schedules: list[PoolSchedule], now: datetime, events
-) -> list[PoolSchedule]:
-    """Apply the scheduled actions whose time came since their last run, in the order they
-    were due: after a beat that was down for hours, the evening's "desired 0" lands after the
-    morning's "desired 4" whichever schedule was made first. Each schedule fires once (its
-    latest time). Returns the schedules that fired."""
-    due = []
-    for schedule in schedules:
-        fired = _schedule_due(schedule, now)
-        if fired is not None:
-            due.append((fired, schedule))
-    due.sort(key=lambda pair: (pair[0], pair[1].pk))
-    for fired, schedule in due:
-        _schedule_apply(pool, schedule, fired, now, events)
-    return [schedule for _, schedule in due]
-
-
-def _schedule_due(schedule: PoolSchedule, now: datetime) -> datetime | None:
-    """The latest time the schedule names since its last run (at most a day back), or None."""
-    try:
-        parsed, tz = cron.parse(schedule.cron), cron.zone(schedule.timezone)
-    except ValidationError:
-        return None  # checked when saved; a zone retired since then just stops firing
-    after = max(schedule.last_run_at, now - timedelta(days=1))
-    return cron.last_fire(parsed, tz, after=after, until=now)
-
-
-def _schedule_apply(
-    pool: Pool, schedule: PoolSchedule, fired: datetime, now: datetime, events
-) -> None:
-    schedule.last_run_at = now
-    if schedule.max_size is not None:
-        pool.max_size = min(schedule.max_size, pool.approved_max or schedule.max_size)
-    if schedule.min_size is not None:
-        pool.min_size = schedule.min_size
-    pool.min_size = min(pool.min_size, pool.max_size)
-    want = schedule.desired if schedule.desired is not None else pool.desired
-    old = pool.desired
-    pool.desired = max(pool.min_size, min(pool.max_size, want))
-    _event(
-        events,
-        pool,
-        K.SCHEDULE,
-        f"{schedule_words(schedule)} (due {fired:%Y-%m-%d %H:%M} UTC): now "
-        f"{pool.min_size}..{pool.max_size}, desired {pool.desired}",
-        now=now,
-        old=old,
-        new=pool.desired,
-    )
 
 
 def _target_track(pool: Pool, hosts: list[Host], minutes: dict, now: datetime, events) -> None:

@@ -3,7 +3,7 @@ runs (the autoscaler pass applies them)."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -148,3 +148,61 @@ def schedule_next_runs(schedule: PoolSchedule, *, count: int = 3) -> list[dateti
         )
     except ValidationError:
         return []
+
+
+def schedules_fire(
+    pool: Pool, schedules: list[PoolSchedule], now: datetime, events: list, *, actor: str
+) -> list[PoolSchedule]:
+    """Apply the scheduled actions whose time came since their last run (an autoscaler pass),
+    in the order they were due: after a beat that was down for hours, the evening's "desired 0"
+    lands after the morning's "desired 4" whichever schedule was made first. Each schedule fires
+    once (its latest time); its event joins ``events``, for the caller to write. Changes the
+    pool and the schedules in memory and returns the schedules that fired."""
+    due = []
+    for schedule in schedules:
+        fired = _schedule_due(schedule, now)
+        if fired is not None:
+            due.append((fired, schedule))
+    due.sort(key=lambda pair: (pair[0], pair[1].pk))
+    for fired, schedule in due:
+        _schedule_apply(pool, schedule, fired, now, events, actor)
+    return [schedule for _, schedule in due]
+
+
+def _schedule_due(schedule: PoolSchedule, now: datetime) -> datetime | None:
+    """The latest time the schedule names since its last run (at most a day back), or None."""
+    try:
+        parsed, tz = cron.parse(schedule.cron), cron.zone(schedule.timezone)
+    except ValidationError:
+        return None  # checked when saved; a zone retired since then just stops firing
+    after = max(schedule.last_run_at, now - timedelta(days=1))
+    return cron.last_fire(parsed, tz, after=after, until=now)
+
+
+def _schedule_apply(
+    pool: Pool, schedule: PoolSchedule, fired: datetime, now: datetime, events, actor: str
+) -> None:
+    schedule.last_run_at = now
+    if schedule.max_size is not None:
+        pool.max_size = min(schedule.max_size, pool.approved_max or schedule.max_size)
+    if schedule.min_size is not None:
+        pool.min_size = schedule.min_size
+    pool.min_size = min(pool.min_size, pool.max_size)
+    want = schedule.desired if schedule.desired is not None else pool.desired
+    old = pool.desired
+    pool.desired = max(pool.min_size, min(pool.max_size, want))
+    said = (
+        f"{schedule_words(schedule)} (due {fired:%Y-%m-%d %H:%M} UTC): now "
+        f"{pool.min_size}..{pool.max_size}, desired {pool.desired}"
+    )
+    event = pool_event(
+        pool,
+        PoolEvent.Kind.SCHEDULE,
+        said,
+        actor=actor,
+        old=old,
+        new=pool.desired,
+        at=now,
+        save=False,
+    )
+    events.append(event)

@@ -58,8 +58,11 @@ def pool_event(
     old: int | None = None,
     new: int | None = None,
     at: datetime | None = None,
+    save: bool = True,
 ) -> PoolEvent:
-    return PoolEvent.objects.create(
+    """A line of the pool's activity; ``save=False`` leaves it for the caller to write with
+    others (the autoscaler writes a pass's events in one INSERT)."""
+    event = PoolEvent(
         pool=pool,
         kind=kind,
         message=message[:500],
@@ -68,6 +71,9 @@ def pool_event(
         actor=actor,
         at=at or timezone.now(),
     )
+    if save:
+        event.save(force_insert=True)
+    return event
 
 
 # --- create, change, delete ------------------------------------------------------------------

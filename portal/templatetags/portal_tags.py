@@ -1,4 +1,4 @@
-"""Template filters for money and sizes. Rounding happens here, once, at display."""
+"""Template filters for money, sizes and sentences. Rounding happens here, once, at display."""
 
 from __future__ import annotations
 
@@ -65,3 +65,11 @@ def duration(seconds) -> str:
 def multiply(value, factor):
     """Exact product for money in templates (Decimal times a whole number)."""
     return Decimal(value) * Decimal(factor)
+
+
+@register.filter
+def sentence(text) -> str:
+    """A reason shown as a sentence of its own: a full stop added unless it ends with one (the
+    services' reasons come both ways), so a page never says "budget.." before what follows."""
+    text = str(text).rstrip()
+    return text if text.endswith((".", "!", "?")) else f"{text}."

@@ -9,6 +9,7 @@ from decimal import Decimal
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.utils.html import escape
 
 from billing.budgets import budget_set
 from instances import services
@@ -466,6 +467,8 @@ def test_while_on_demand_waits_out_a_budget_refusal_lost_spot_hosts_are_replaced
     client.force_login(ada)
     page = client.get(f"/pools/{pool.pk}/").content.decode()
     assert "On-demand launches are tried again after" in page
+    held = escape(pool.refusal_reason)
+    assert held.endswith(".") and f"{held} On-demand launches" in page  # one full stop
 
 
 def test_a_mixed_launch_is_priced_market_by_market(make_pool, projects, ada, catalog, clock):

@@ -439,7 +439,7 @@ def pools_retry_now(*, project: Project) -> int:
     The refusal streak stays: a pool still held says nothing new and sends no second notice."""
     return Pool.objects.filter(
         project=project, status=Pool.Status.ACTIVE, blocked_until__isnull=False
-    ).update(blocked_until=None)
+    ).update(blocked_until=None, blocked_markets=[])
 
 
 def pool_capacity_refused(*, instance: Instance) -> bool:

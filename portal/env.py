@@ -1,4 +1,4 @@
-"""Typed readers for environment variables, used only by ``portal/settings.py``.
+"""Typed readers for environment variables, used only by the settings (``portal/settings/``).
 
 Every name read goes into ``READ``, so the tests can compare what settings read with what
 ``docker-compose.yml`` and ``.env.example`` set.

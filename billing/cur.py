@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import hashlib
 import io
 import json
 import uuid
@@ -82,6 +83,8 @@ class Line:
 class Report:
     lines: list[Line]
     lines_read: int
+    # SHA-256 of the unpacked CSV: the same report, gzipped or not, from a file or S3.
+    digest: str = ""
 
     @property
     def lines_compared(self) -> int:
@@ -133,6 +136,7 @@ def parse(data: bytes) -> Report:
             raise ValidationError(
                 "The file looks gzipped but does not unpack.", code="invalid_cur"
             ) from error
+    digest = hashlib.sha256(data).hexdigest()
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
@@ -188,7 +192,7 @@ def parse(data: bytes) -> Report:
         raise ValidationError(
             "The report has no usage lines with a resource id or a portal tag.", code="invalid_cur"
         )
-    return Report(lines=lines, lines_read=read)
+    return Report(lines=lines, lines_read=read, digest=digest)
 
 
 @dataclass
@@ -227,6 +231,8 @@ class Comparison:
             }
         return {
             "by_status": totals,
+            "bill_total": str(sum((row.cloud_cost for row in self.rows), Decimal(0))),
+            "metered_total_rs": sum(row.portal_cost_rs for row in self.rows),
             "other_cost_of_known_hosts": str(self.other_cost_of_known),
             "lines_not_from_the_portal": self.lines_not_ours,
         }
@@ -354,20 +360,35 @@ def fetch_s3(*, bucket: str, key: str) -> bytes:
 
 def cur_import(*, data: bytes, source: str, actor: User | None) -> CurImport:
     """Compare a Cost and Usage Report (CSV, optionally gzipped) with metered usage, host by
-    host, and keep the result. Changes nothing the portal bills or runs."""
+    host, and keep the result. Changes nothing the portal bills or runs.
+
+    The same report imported again replaces its earlier comparison (metering may have caught
+    up since, so the new one is the truer), instead of listing the report twice; the new
+    import's ``summary["replaced"]`` names what it replaced."""
     if actor is not None and not permissions.can_reconcile(actor):
         raise Forbidden("Only finance and admins reconcile the cloud bill.")
     report = parse(data)
     comparison = compare(report)
     with transaction.atomic():
+        # Locked so two uploads of one report at once leave one comparison, not two.
+        earlier = list(
+            CurImport.objects.select_for_update().filter(digest=report.digest).order_by("id")
+        )
+        summary = comparison.summary()
+        summary["replaced"] = [
+            {"id": run.pk, "source": run.source, "imported_at": run.imported_at.isoformat()}
+            for run in earlier
+        ]
+        CurImport.objects.filter(pk__in=[run.pk for run in earlier]).delete()
         imported = CurImport.objects.create(
+            digest=report.digest,
             source=source[:500],
             imported_by=actor,
             first_day=comparison.first_day,
             last_day=comparison.last_day,
             lines_read=report.lines_read,
             lines_compared=report.lines_compared,
-            summary=comparison.summary(),
+            summary=summary,
         )
         CurResult.objects.bulk_create(
             [
@@ -390,9 +411,26 @@ def cur_import(*, data: bytes, source: str, actor: User | None) -> CurImport:
                 name="cur_import",
                 action="import",
                 object_ref=f"billing.curimport:{imported.pk}",
-                summary={"source": source[:200], **comparison.counts()},
+                summary={
+                    "source": source[:200],
+                    "replaced": [run.pk for run in earlier],
+                    **comparison.counts(),
+                },
             )
     return imported
+
+
+def cur_import_message(imported: CurImport) -> str:
+    """What the page and the command say after an import, naming a comparison it replaced."""
+    said = f"Compared {imported.source} with metered usage."
+    replaced = imported.summary.get("replaced") or []
+    if replaced:
+        when = ", ".join(
+            datetime.fromisoformat(run["imported_at"]).astimezone(UTC).strftime("%b %-d, %H:%M")
+            for run in replaced
+        )
+        said += f" The same report was imported before ({when} UTC); this comparison replaces it."
+    return said
 
 
 def cur_import_s3(*, bucket: str, key: str, actor: User | None) -> CurImport:

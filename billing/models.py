@@ -347,6 +347,12 @@ class CurImport(models.Model):
     lines_read = models.PositiveIntegerField()
     lines_compared = models.PositiveIntegerField()
     summary = models.JSONField(default=dict)
+    digest = models.CharField(
+        max_length=64,
+        blank=True,
+        db_index=True,
+        help_text="SHA-256 of the unpacked report: importing the same report replaces this one",
+    )
 
     class Meta:
         verbose_name = "Cost and Usage Report import"
@@ -355,6 +361,31 @@ class CurImport(models.Model):
 
     def __str__(self) -> str:
         return f"CUR {self.source} ({self.first_day} to {self.last_day})"
+
+    def totals(self) -> tuple[Decimal, int]:
+        """The bill's total and the metered total (rs) over every row of the comparison, read
+        from the per-status sums (imports made before the totals were kept have those too)."""
+        by_status = self.summary.get("by_status", {}).values()
+        bill = sum((Decimal(part["cloud_cost"]) for part in by_status), Decimal(0))
+        return bill, sum(int(part["portal_cost_rs"]) for part in by_status)
+
+
+class CurResultQuerySet(models.QuerySet):
+    def news_first(self) -> CurResultQuerySet:
+        """Mismatches first, then what the portal does not know, what the bill lacks, and the
+        matched rows last: the order finance reads a comparison in."""
+        order = [
+            CurResult.Status.MISMATCHED,
+            CurResult.Status.UNKNOWN,
+            CurResult.Status.NOT_IN_BILL,
+            CurResult.Status.MATCHED,
+        ]
+        rank = models.Case(
+            *(models.When(status=status, then=n) for n, status in enumerate(order)),
+            default=len(order),
+            output_field=models.IntegerField(),
+        )
+        return self.order_by(rank, "resource_id", "id")
 
 
 class CurResult(models.Model):
@@ -376,6 +407,8 @@ class CurResult(models.Model):
     cloud_cost = models.DecimalField(max_digits=24, decimal_places=10)
     portal_cost_rs = models.BigIntegerField(default=0)
     note = models.CharField(max_length=300, blank=True)
+
+    objects = CurResultQuerySet.as_manager()
 
     class Meta:
         ordering = ["status", "resource_id"]

@@ -14,7 +14,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 from audit.csv_stream import csv_lines
 from billing.api import streamed_csv
 from billing.budgets import budget_set, budget_statuses
-from billing.cur import cur_import, cur_import_s3
+from billing.cur import cur_import, cur_import_message, cur_import_s3, within_tolerance
 from billing.forms import OPENING_RANGE, BudgetForm, CurUploadForm, ReportForm, presets
 from billing.models import Budget, BudgetAlert, CurImport, CurResult
 from billing.money import dollars
@@ -271,7 +271,7 @@ def reconciliation(request: HttpRequest) -> HttpResponse:
                     imported = cur_import_s3(
                         bucket=data["bucket"].strip(), key=data["key"].strip(), actor=request.user
                     )
-                messages.success(request, f"Compared {imported.source} with metered usage.")
+                messages.success(request, cur_import_message(imported))
                 return redirect(f"{reverse('reconciliation')}?run={imported.pk}")
         status = 400
     selected = _selected_import(request)
@@ -287,11 +287,22 @@ def reconciliation(request: HttpRequest) -> HttpResponse:
         rows = selected.results.select_related("instance__project", "instance__owner")
         if wanted in CurResult.Status.values:
             rows = rows.filter(status=wanted)
-        for row in rows.order_by("status", "resource_id")[:1000]:
+        for row in rows.news_first()[:1000]:
             portal = dollars(row.portal_cost_rs, places=6)
             results.append({"row": row, "portal": portal, "difference": row.cloud_cost - portal})
+    totals = None
+    if selected is not None:
+        bill, metered_rs = selected.totals()
+        metered = dollars(metered_rs, places=6)
+        totals = {
+            "bill": bill,
+            "metered": metered,
+            "difference": bill - metered,
+            "agree": within_tolerance(bill, metered_rs),
+        }
     context = {
         "form": form,
+        "totals": totals,
         "imports": CurImport.objects.select_related("imported_by")[:12],
         "selected": selected,
         "results": results,
@@ -323,7 +334,7 @@ def reconciliation_csv(request: HttpRequest) -> HttpResponse:
             "note",
         ]
         results = selected.results.select_related("instance__project", "instance__owner")
-        for row in results.iterator(chunk_size=2000):
+        for row in results.news_first().iterator(chunk_size=2000):
             portal = dollars(row.portal_cost_rs, places=6)
             instance = row.instance
             yield [

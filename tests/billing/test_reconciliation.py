@@ -289,3 +289,72 @@ def test_researchers_may_not_reconcile(client, alice):
 def test_without_an_import_the_csv_is_404(client, fin):
     client.force_login(fin)
     assert client.get("/costs/reconciliation.csv").status_code == 404
+
+
+def upload_of(at, fleet, name="november.csv"):
+    upload = io.BytesIO(
+        legacy_csv(
+            at,
+            [
+                ("Usage", "AmazonEC2", fleet[0].cloud_id, "10.06", ""),  # matched
+                ("Usage", "AmazonEC2", fleet[1].cloud_id, "9.99", ""),  # $6.972 over
+            ],
+        )
+    )
+    upload.name = name
+    return upload
+
+
+def test_mismatches_come_before_matched_rows_on_the_page_and_in_the_csv(fleet, at, fin, client):
+    client.force_login(fin)
+    page = client.post("/costs/reconciliation/", {"report": upload_of(at, fleet)}, follow=True)
+    text = page.content.decode()
+    assert text.index('<tr class="recon-mismatched"') < text.index('<tr class="recon-matched"')
+    run = CurImport.objects.get()
+    download = client.get(f"/costs/reconciliation.csv?run={run.pk}")
+    rows = list(csv.DictReader(io.StringIO(b"".join(download.streaming_content).decode())))
+    assert [row["status"] for row in rows] == ["mismatched", "not_in_bill", "matched"]
+
+
+def test_the_page_sets_the_bill_total_against_the_metered_total(fleet, at, fin, client):
+    client.force_login(fin)
+    page = client.post("/costs/reconciliation/", {"report": upload_of(at, fleet)}, follow=True)
+    text = page.content.decode()
+    # Bill: 10.06 + 9.99; metered: 10.06 + 3.018 + 1.006 (the third host is not in the bill).
+    assert 'data-agree="false"' in text
+    assert "$20.05" in text and "$14.08" in text and "$5.97" in text
+    assert "The totals differ by more than max($0.01, 0.5 %) of the bill" in text
+    run = CurImport.objects.get()
+    assert run.totals() == (Decimal("20.05"), (10_060_000 + 3_018_000 + 1_006_000) * 3600)
+    assert run.summary["bill_total"] == "20.05"
+
+
+def test_the_same_report_imported_again_replaces_its_comparison(fleet, at, fin, client):
+    client.force_login(fin)
+    client.post("/costs/reconciliation/", {"report": upload_of(at, fleet)})
+    first = CurImport.objects.get()
+    # The same bytes gzipped, under another name: still the same report.
+    again = io.BytesIO(gzip.compress(upload_of(at, fleet).getvalue()))
+    again.name = "november-again.csv.gz"
+    page = client.post("/costs/reconciliation/", {"report": again}, follow=True)
+    (second,) = CurImport.objects.all()
+    assert second.pk != first.pk
+    assert second.summary["replaced"][0]["id"] == first.pk
+    assert "The same report was imported before" in page.content.decode()
+    assert "this comparison replaces it" in page.content.decode()
+    assert CurResult.objects.filter(cur_import_id=first.pk).count() == 0
+    # Another report is a comparison of its own.
+    other = io.BytesIO(legacy_csv(at, [("Usage", "AmazonEC2", fleet[0].cloud_id, "10.06", "")]))
+    other.name = "other.csv"
+    client.post("/costs/reconciliation/", {"report": other})
+    assert CurImport.objects.count() == 2
+
+
+def test_the_command_says_when_an_import_replaces_an_earlier_one(fleet, at, tmp_path):
+    path = tmp_path / "nov.csv"
+    path.write_bytes(legacy_csv(at, [("Usage", "AmazonEC2", fleet[0].cloud_id, "10.06", "")]))
+    call_command("cur_import", str(path), stdout=io.StringIO())
+    out = io.StringIO()
+    call_command("cur_import", str(path), stdout=out)
+    assert "this comparison replaces it" in out.getvalue()
+    assert CurImport.objects.count() == 1

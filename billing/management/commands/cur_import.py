@@ -7,7 +7,7 @@ from pathlib import Path
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
-from billing.cur import cur_import, cur_import_s3
+from billing.cur import cur_import, cur_import_message, cur_import_s3
 
 
 class Command(BaseCommand):
@@ -36,3 +36,4 @@ class Command(BaseCommand):
             f"Reconciliation {imported.pk}: {imported.first_day} to {imported.last_day}, "
             + ", ".join(f"{n} {status.replace('_', ' ')}" for status, n in counts.items())
         )
+        self.stdout.write(cur_import_message(imported))

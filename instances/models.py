@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from datetime import timedelta
 from decimal import Decimal
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils import timezone
@@ -14,6 +16,11 @@ from django.utils import timezone
 from instances.fields import MONEY
 from instances.providers.base import host_name
 from portal import permissions
+
+# A spot price under 1 % of the list price has never been a real EC2 price (moto fakes
+# $0.00001/h dated 2006); one not refreshed for a week may be long gone.
+SPOT_PRICE_FLOOR_SHARE = Decimal("0.01")
+SPOT_PRICE_STALE_AFTER = timedelta(days=7)
 
 
 class InstanceTypeQuerySet(models.QuerySet):
@@ -91,9 +98,44 @@ class InstanceType(models.Model):
         saved = 1 - self.spot_price_per_hour / self.on_demand_price_per_hour
         return int((saved * 100).to_integral_value())
 
+    @property
+    def spot_price_doubt(self) -> str:
+        """Why the spot price seen cannot be taken as true, in a sentence; "" when it can. The
+        one rule the catalog, the API and the order's estimate go by."""
+        price, seen = self.spot_price_per_hour, self.spot_price_at
+        if price is None or seen is None:
+            return ""
+        if price < self.on_demand_price_per_hour * SPOT_PRICE_FLOOR_SHARE:
+            return (
+                f"The spot price seen (${price.normalize():f}/h) is under 1 % of the on-demand "
+                "price, which no real cloud charges; it is shown unverified and estimates use "
+                "the on-demand price."
+            )
+        if timezone.now() - seen > SPOT_PRICE_STALE_AFTER:
+            return (
+                f"The spot price was last seen {seen:%Y-%m-%d} and has not been refreshed since; "
+                "it is shown unverified and estimates use the on-demand price."
+            )
+        return ""
+
     def compatible_images(self, images=None) -> list[Image]:
         images = Image.objects.filter(is_active=True) if images is None else images
         return [image for image in images if image.supports(self)]
+
+
+def validate_image_ids(value) -> None:
+    """An image id per region: {"us-east-1": "ami-..."}, each a short non-empty string."""
+    if not isinstance(value, dict) or not all(
+        isinstance(region, str)
+        and isinstance(image_id, str)
+        and 0 < len(region) <= 32
+        and 0 < len(image_id.strip()) <= 128
+        for region, image_id in value.items()
+    ):
+        raise ValidationError(
+            'Give one image id per region, e.g. {"us-east-1": "ami-0123456789abcdef0"}.',
+            code="invalid_image_ids",
+        )
 
 
 class Image(models.Model):
@@ -110,7 +152,16 @@ class Image(models.Model):
         default=list, help_text="CUDA compute capabilities this image supports, e.g. ['8.0', '9.0']"
     )
     provider_image_ids = models.JSONField(
-        default=dict, help_text="Image id per region, e.g. {'us-east-1': 'ami-...'}"
+        default=dict,
+        blank=True,
+        help_text="Image id per region from the images file (sync_catalog writes these)",
+    )
+    image_id_overrides = models.JSONField(
+        default=dict,
+        blank=True,
+        validators=[validate_image_ids],
+        help_text="Image id per region set by an admin, e.g. {'us-east-1': 'ami-...'}: used "
+        "before the images file's, and never overwritten by sync_catalog",
     )
     ssh_user = models.CharField(max_length=32, default="ubuntu")
     is_active = models.BooleanField(default=True)
@@ -126,7 +177,8 @@ class Image(models.Model):
         return instance_type.gpu_architecture in self.gpu_architectures
 
     def image_id_for(self, region: str) -> str | None:
-        return self.provider_image_ids.get(region)
+        """The machine image to launch in a region: the admin's, else the images file's."""
+        return self.image_id_overrides.get(region) or self.provider_image_ids.get(region)
 
 
 class Market(models.TextChoices):

@@ -56,6 +56,11 @@ class InstanceTypeSerializer(serializers.ModelSerializer):
     network_gbps = serializers.DecimalField(max_digits=8, decimal_places=1, read_only=True)
     total_gpu_memory_gib = serializers.IntegerField(read_only=True)
     compatible_images = serializers.SerializerMethodField()
+    spot_price_doubt = serializers.CharField(
+        read_only=True,
+        help_text="Why the spot price cannot be taken as true (under 1 % of on-demand, or not "
+        "refreshed for a week); empty when it can",
+    )
 
     class Meta:
         model = InstanceType
@@ -82,6 +87,7 @@ class InstanceTypeSerializer(serializers.ModelSerializer):
             "spot_price_per_hour",
             "spot_price_per_gpu_hour",
             "spot_price_at",
+            "spot_price_doubt",
             "price_source",
             "price_as_of",
             "compatible_images",

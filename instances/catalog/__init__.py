@@ -74,8 +74,13 @@ def list_prices(path: Path) -> dict[str, ListPrice]:
     return prices
 
 
-def image_rows() -> list[dict]:
-    return _load(CATALOG_DIR / "images.json")["images"]
+def image_rows(path: Path | None = None) -> list[dict]:
+    """The images of an images file (PORTAL_IMAGE_FILE unless a path is given)."""
+    if path is None:
+        from django.conf import settings
+
+        path = settings.PORTAL_IMAGE_FILE
+    return _load(Path(path))["images"]
 
 
 def simulated_cloud_rows() -> list[dict]:

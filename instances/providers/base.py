@@ -171,6 +171,11 @@ class Provider(abc.ABC):
         """Spot prices for the given types in the configured region, newest included."""
 
     @abc.abstractmethod
+    def images_found(self, image_ids: Iterable[str]) -> set[str]:
+        """Which of these machine image ids exist in the configured region (sync_catalog
+        leaves the others out, so an order is refused up front instead of failing at launch)."""
+
+    @abc.abstractmethod
     def launch(self, request: LaunchRequest) -> CloudHost:
         """Launch one host, idempotent by ``request.client_token``."""
 

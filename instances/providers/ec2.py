@@ -166,6 +166,19 @@ class EC2Provider(Provider):
             )
         return images[0].get("RootDeviceName", "/dev/sda1")
 
+    def images_found(self, image_ids: Iterable[str]) -> set[str]:
+        wanted = sorted(set(image_ids))
+        if not wanted:
+            return set()
+        # A filter, not ImageIds=: one unknown id in ImageIds fails the whole call.
+        pages = self.client.get_paginator("describe_images").paginate(
+            Filters=[{"Name": "image-id", "Values": wanted}]
+        )
+        try:
+            return {image["ImageId"] for page in pages for image in page["Images"]}
+        except (ClientError, BotoCoreError) as error:
+            raise translate(error) from error
+
     def launch(self, request: LaunchRequest) -> CloudHost:
         tags = [{"Key": k, "Value": v} for k, v in sorted(launch_tags(request).items())]
         tags.append({"Key": "Name", "Value": host_name(request.instance_uuid)})

@@ -23,8 +23,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from instances.catalog import image_rows, simulated_cloud_rows
-from instances.models import SimulatedHost
+from instances.catalog import CATALOG_DIR, image_rows, simulated_cloud_rows
+from instances.models import Image, SimulatedHost
 from instances.providers.base import (
     NO_CAPACITY,
     TAG_DEPLOYMENT,
@@ -60,6 +60,18 @@ class SimulatedProvider(SpotMarket, Provider):
 
     def _rows(self) -> list[dict]:
         return simulated_cloud_rows()
+
+    def _known_images(self) -> set[str]:
+        """The ids in this region of the shipped images file, of PORTAL_IMAGE_FILE and of the
+        portal's images (an admin's included): this cloud has those images and no other."""
+        rows = [*image_rows(CATALOG_DIR / "images.json"), *image_rows()]
+        known = {row["provider_image_ids"].get(self.region) for row in rows}
+        known.update(image.image_id_for(self.region) for image in Image.objects.all())
+        known.discard(None)
+        return known
+
+    def images_found(self, image_ids: Iterable[str]) -> set[str]:
+        return set(image_ids) & self._known_images()
 
     def instance_types(self) -> list[InstanceTypeSpec]:
         return [
@@ -205,8 +217,7 @@ class SimulatedProvider(SpotMarket, Provider):
                 f"The instance type {request.instance_type} is not offered in {self.region}.",
                 code="Unsupported",
             )
-        known_images = {row["provider_image_ids"].get(self.region) for row in image_rows()}
-        if request.image_id not in known_images:
+        if request.image_id not in self._known_images():
             raise ProviderPermanentError(
                 f"The image id '{request.image_id}' does not exist in {self.region}.",
                 code="InvalidAMIID.NotFound",

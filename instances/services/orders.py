@@ -70,15 +70,17 @@ class Estimate:
 def order_estimate(
     *, instance_type: InstanceType, market: str, count: int, lease_hours: int
 ) -> Estimate:
-    """List price for on-demand; the current spot price for spot (list price while unknown)."""
-    if market == Market.SPOT and instance_type.spot_price_per_hour is not None:
+    """List price for on-demand; the current spot price for spot (list price while unknown or
+    not credible: InstanceType.spot_price_doubt)."""
+    doubt = instance_type.spot_price_doubt
+    if market == Market.SPOT and instance_type.spot_price_per_hour is not None and not doubt:
         rate = instance_type.spot_price_per_hour
         basis = f"spot price seen {instance_type.spot_price_at:%Y-%m-%d %H:%M} UTC"
     else:
         rate = instance_type.on_demand_price_per_hour
         basis = "on-demand list price"
         if market == Market.SPOT:
-            basis = "on-demand list price (no spot price seen yet)"
+            basis = "on-demand list price (" + (doubt or "no spot price seen yet") + ")"
     return Estimate.at_rate(rate, count=count, lease_hours=lease_hours, basis=basis)
 
 
@@ -190,7 +192,12 @@ def order_validate(
             "incompatible_image",
         )
     elif image.image_id_for(region) is None:
-        refuse("image", f"{image.name} has no image in {region}.", "image_not_in_region")
+        refuse(
+            "image",
+            f"{image.name} has no image in {region}: pick another image, or ask an admin to set "
+            f"its image id for {region}.",
+            "image_not_in_region",
+        )
     if market not in Market.values:
         refuse("market", "market accepts on_demand or spot.", "invalid_choice")
     elif market == Market.SPOT and not instance_type.spot_offered:

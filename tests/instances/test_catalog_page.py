@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
 from bs4 import BeautifulSoup
 
@@ -56,3 +58,53 @@ def test_spot_price_is_shown_when_known(page):
     spot_prices_refresh()
     _, soup = page("gpu_model=L4&gpu_count=1")
     assert "Spot $" in soup.select_one('article[data-type="g6.xlarge"]').get_text()
+
+
+def test_a_spot_price_no_cloud_would_charge_is_shown_unverified(page, catalog, client):
+    """moto's $0.00001/h (dated 2006) once reached the catalog as a 99.99 % saving."""
+    from django.utils import timezone
+
+    from instances.models import InstanceType
+    from instances.services import instance_type_record_spot_price
+    from instances.services.orders import order_estimate
+
+    g5 = catalog["g5.xlarge"]
+    instance_type_record_spot_price(
+        instance_type_id=g5.pk, price_per_hour=Decimal("0.00001"), at=timezone.now()
+    )
+    _, soup = page()
+    text = soup.select_one('article[data-type="g5.xlarge"]').get_text(" ", strip=True)
+    assert "unverified" in text and "under 1 % of the on-demand price" in text
+    assert "−100%" not in text
+    api = client.get("/api/v1/instance-types/g5.xlarge/").json()
+    assert "under 1 % of the on-demand price" in api["spot_price_doubt"]
+    g5 = InstanceType.objects.get(pk=g5.pk)
+    estimate = order_estimate(instance_type=g5, market="spot", count=1, lease_hours=1)
+    assert estimate.price_per_host_hour == g5.on_demand_price_per_hour
+    assert "under 1 %" in estimate.basis
+    # A price a cloud would charge is taken as it is.
+    instance_type_record_spot_price(
+        instance_type_id=g5.pk, price_per_hour=Decimal("0.3018"), at=timezone.now()
+    )
+    g5 = InstanceType.objects.get(pk=g5.pk)
+    assert g5.spot_price_doubt == ""
+    estimate = order_estimate(instance_type=g5, market="spot", count=1, lease_hours=1)
+    assert estimate.price_per_host_hour == Decimal("0.3018")
+
+
+def test_a_spot_price_not_refreshed_for_a_week_is_shown_unverified(catalog, clock):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from instances.models import InstanceType
+    from instances.services import instance_type_record_spot_price
+
+    g5 = catalog["g5.xlarge"]
+    seen = timezone.now()
+    instance_type_record_spot_price(
+        instance_type_id=g5.pk, price_per_hour=Decimal("0.3018"), at=seen
+    )
+    clock.shift(timedelta(days=7, minutes=1))
+    doubt = InstanceType.objects.get(pk=g5.pk).spot_price_doubt
+    assert f"last seen {seen:%Y-%m-%d} and has not been refreshed since" in doubt

@@ -196,6 +196,11 @@ def test_a_bad_image_id_is_a_permanent_error(provider, launch_request):
 # --- describe and find_tagged --------------------------------------------------------------
 
 
+def test_images_found_names_the_images_the_cloud_has_and_no_other(provider, image_id):
+    assert provider.images_found([image_id, "ami-0000000000000dead"]) == {image_id}
+    assert provider.images_found([]) == set()
+
+
 def test_describe_returns_known_ids_and_leaves_unknown_ids_out(provider, launch_request):
     host = provider.launch(launch_request())
     described = provider.describe([host.cloud_id, UNKNOWN_ID])

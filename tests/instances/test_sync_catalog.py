@@ -7,10 +7,12 @@ import json
 from decimal import Decimal
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.core.management import CommandError, call_command
 from moto import mock_aws
 
-from instances.models import InstanceType
+from instances.models import Image, InstanceType
+from instances.services import image_save
 
 
 @pytest.fixture
@@ -106,3 +108,79 @@ def test_a_negative_price_in_the_file_is_refused(db, tmp_path):
 def test_an_unknown_provider_is_refused_with_the_choices(db):
     with pytest.raises(CommandError, match="PORTAL_PROVIDER accepts ec2, simulated"):
         sync("--provider", "azure")
+
+
+def images_file(tmp_path, ids: dict[str, str], name: str = "tf-2.20-cuda12.5") -> str:
+    path = tmp_path / "images.json"
+    row = {
+        "name": name,
+        "tensorflow_version": "2.20.0",
+        "cuda_version": "12.5",
+        "cudnn_version": "9.3",
+        "nccl_version": "2.25",
+        "python_version": "3.12",
+        "min_driver_version": "555.42.02",
+        "gpu_architectures": ["8.0", "8.6", "8.9", "9.0"],
+        "provider_image_ids": ids,
+    }
+    path.write_text(json.dumps({"source": "our own AMIs", "as_of": "2026-11-01", "images": [row]}))
+    return str(path)
+
+
+def test_ec2_sync_leaves_out_image_ids_the_region_does_not_have(db, aws, settings, tmp_path):
+    """The shipped images file names ids only the simulated cloud has: on EC2 they are named
+    and left out, so an order is refused with a sentence instead of failing at launch."""
+    settings.AWS_EC2_INSTANCE_TYPES = ["g5.xlarge"]
+    prices = price_file(tmp_path, {"g5.xlarge": "1.006"})
+    _, err = sync("--provider", "ec2", "--prices", prices)
+    assert "image tf-2.20-cuda12.5: ami-0f2a4c6e8a0b1d220 does not exist in us-east-1" in err
+    image = Image.objects.get(name="tf-2.20-cuda12.5")
+    assert image.image_id_for("us-east-1") is None
+    assert image.provider_image_ids["us-west-2"] == "ami-0a1b3d5f7a9c1e220"  # not checked here
+
+
+def test_ec2_sync_keeps_an_image_id_the_region_has(db, aws, settings, tmp_path):
+    import boto3
+
+    real = boto3.client("ec2", region_name="us-east-1").register_image(
+        Name="our-tf", Architecture="x86_64", RootDeviceName="/dev/sda1"
+    )["ImageId"]
+    settings.AWS_EC2_INSTANCE_TYPES = ["g5.xlarge"]
+    settings.PORTAL_IMAGE_FILE = images_file(tmp_path, {"us-east-1": real})
+    _, err = sync("--provider", "ec2", "--prices", price_file(tmp_path, {"g5.xlarge": "1.006"}))
+    assert "does not exist" not in err
+    assert Image.objects.get(name="tf-2.20-cuda12.5").image_id_for("us-east-1") == real
+
+
+def test_the_images_file_is_a_setting_and_an_option(db, settings, tmp_path):
+    settings.PORTAL_IMAGE_FILE = images_file(tmp_path, {"us-east-1": "ami-0ours"}, name="tf-ours")
+    sync()
+    assert set(Image.objects.values_list("name", flat=True)) == {"tf-ours"}
+    other = tmp_path / "other"
+    other.mkdir()
+    shipped = "ami-0f2a4c6e8a0b1d220"  # an image the simulated cloud has
+    sync("--images", images_file(other, {"us-east-1": shipped}, name="tf-other"))
+    assert Image.objects.get(name="tf-other").image_id_for("us-east-1") == shipped
+
+
+def test_sync_never_overwrites_an_image_id_an_admin_set(db, settings):
+    sync()
+    image = Image.objects.get(name="tf-2.20-cuda12.5")
+    image.image_id_overrides = {"us-east-1": "ami-0adminfix"}
+    image_save(image=image)
+    out, _ = sync()
+    image.refresh_from_db()
+    assert image.image_id_overrides == {"us-east-1": "ami-0adminfix"}
+    assert image.image_id_for("us-east-1") == "ami-0adminfix"
+    assert image.image_id_for("us-west-2") == image.provider_image_ids["us-west-2"]
+    assert "0 created, 0 updated" in out.split("Images:")[1]
+
+
+def test_an_admins_image_ids_must_be_one_id_per_region(db):
+    sync()
+    image = Image.objects.get(name="tf-2.20-cuda12.5")
+    for bad in (["ami-0x"], {"us-east-1": ""}, {"us-east-1": 7}):
+        image.image_id_overrides = bad
+        with pytest.raises(ValidationError) as refused:
+            image_save(image=image)
+        assert "one image id per region" in str(refused.value)

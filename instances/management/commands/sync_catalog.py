@@ -18,12 +18,15 @@ from instances.services import image_upsert, instance_type_sync
 class Command(BaseCommand):
     help = (
         "Sync instance types from the cloud (PORTAL_PROVIDER) with prices from the price file "
-        "(PORTAL_PRICE_FILE), and TensorFlow images from instances/catalog/images.json."
+        "(PORTAL_PRICE_FILE), and TensorFlow images from the images file (PORTAL_IMAGE_FILE). "
+        "An image id the cloud does not have in PORTAL_REGION is left out and named; ids an "
+        "admin set on an image are never overwritten."
     )
 
     def add_arguments(self, parser):
         parser.add_argument("--provider", help="simulated or ec2 (default: PORTAL_PROVIDER)")
         parser.add_argument("--prices", help="price file (default: PORTAL_PRICE_FILE)")
+        parser.add_argument("--images", help="images file (default: PORTAL_IMAGE_FILE)")
         parser.add_argument(
             "--keep-missing",
             action="store_true",
@@ -36,7 +39,12 @@ class Command(BaseCommand):
         try:
             provider = get_provider(name)
             prices = list_prices(price_file)
+            rows = image_rows(Path(options["images"] or settings.PORTAL_IMAGE_FILE))
             specs = provider.instance_types()
+            region = settings.PORTAL_REGION
+            found = provider.images_found(
+                ids for row in rows if (ids := row["provider_image_ids"].get(region))
+            )
         except (ValueError, OSError, KeyError) as error:
             raise CommandError(str(error)) from error
         except ProviderError as error:
@@ -49,7 +57,19 @@ class Command(BaseCommand):
         )
         for type_name, reason in sorted(report.skipped.items()):
             self.stderr.write(f"skipped {type_name}: {reason}")
-        images = Counter(state for _, state in (image_upsert(row=row) for row in image_rows()))
+        usable = []
+        for row in rows:
+            image_id = row["provider_image_ids"].get(region)
+            if image_id and image_id not in found:
+                self.stderr.write(
+                    f"image {row['name']}: {image_id} does not exist in {region}; left out, so "
+                    f"orders of it there are refused. Set its id in the admin (Images, image id "
+                    f"overrides) or in PORTAL_IMAGE_FILE."
+                )
+                ids = {k: v for k, v in row["provider_image_ids"].items() if k != region}
+                row = {**row, "provider_image_ids": ids}
+            usable.append(row)
+        images = Counter(state for _, state in (image_upsert(row=row) for row in usable))
         created = images["created"]
         audit_record_system(
             name="sync_catalog",

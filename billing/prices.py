@@ -16,7 +16,7 @@ from functools import reduce
 from operator import or_
 
 from django.db import transaction
-from django.db.models import F, Max, OuterRef, Q, Subquery, Window
+from django.db.models import Case, F, Max, OuterRef, Q, Subquery, Value, When, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
@@ -143,13 +143,44 @@ def list_prices_snapshot(*, at: datetime | None = None) -> int:
     return len(stale)
 
 
+# Spans of time one history read asks for, per type and region, at most: beyond, the shortest
+# gaps between the hosts' windows are read too (a bounded query for any number of hosts).
+MAX_SPANS = 64
+
+
+def spans_of(
+    windows: Iterable[tuple[datetime, datetime]], limit: int = MAX_SPANS
+) -> list[tuple[datetime, datetime]]:
+    """The stretches of time some window covers, in order: overlapping or touching windows
+    joined, and beyond ``limit`` spans the shortest gaps closed."""
+    spans: list[tuple[datetime, datetime]] = []
+    for start, end in sorted(windows):
+        if spans and start <= spans[-1][1]:
+            spans[-1] = (spans[-1][0], max(spans[-1][1], end))
+        else:
+            spans.append((start, end))
+    if len(spans) > limit:
+        by_size = sorted(range(1, len(spans)), key=lambda i: spans[i][0] - spans[i - 1][1])
+        closed = set(by_size[: len(spans) - limit])
+        joined: list[tuple[datetime, datetime]] = []
+        for index, span in enumerate(spans):
+            if index in closed:
+                joined[-1] = (joined[-1][0], span[1])
+            else:
+                joined.append(span)
+        spans = joined
+    return spans
+
+
 class RateHistories:
     """The price histories that a set of hosts needs over their windows, read at once.
 
     ``windows`` are (host, start, end), the host with its type and order loaded. At most four
     queries whatever the number of hosts and prices: every list price of their types; and, for
-    spot hosts, which zones have prices, the price in force when each (type, region) window
-    opens, and the prices inside it. ``series`` then answers each host as metering always did:
+    spot hosts, which zones have prices, the price in force when each stretch of time their
+    windows cover opens, and the prices inside it (only the hosts' own times: a page with a
+    host of last month and one of today reads neither the weeks between nor their prices).
+    ``series`` then answers each host as metering always did:
     the zone's prices if its zone has any, else the region-wide ones (no zone), else all the
     region's; before the first price seen, the price quoted at order time.
     """
@@ -162,34 +193,40 @@ class RateHistories:
             rows = ListPrice.objects.filter(instance_type_id__in=types).order_by("at")
             for type_id, at, price in rows.values_list("instance_type_id", "at", "price_per_hour"):
                 self._list[type_id].append((at, micros(price)))
-        spans: dict[tuple[int, str], tuple[datetime, datetime]] = {}
+        ranges: dict[tuple[int, str], list[tuple[datetime, datetime]]] = defaultdict(list)
         for instance, start, end in windows:
             if instance.market == Market.SPOT:
-                key = (instance.instance_type_id, instance.region)
-                low, high = spans.get(key, (start, end))
-                spans[key] = (min(low, start), max(high, end))
+                ranges[(instance.instance_type_id, instance.region)].append((start, end))
         self._zones: dict[tuple[int, str], set[str]] = defaultdict(set)
-        # (type, region, zone) -> [(at, µ$/h)] in time order: the price in force when the
-        # (type, region) window opens, then every price inside it.
+        # (type, region, zone) -> [(at, µ$/h)] in time order: the price in force when each of
+        # the hosts' stretches of time opens, then every price inside it.
         self._spot: dict[tuple[int, str, str], list[tuple[datetime, int]]] = defaultdict(list)
-        if not spans:
+        if not ranges:
             return
+        spans = {key: spans_of(found) for key, found in ranges.items()}
         pairs = [Q(instance_type_id=type_id, region=region) for type_id, region in spans]
         observed = SpotPrice.objects.filter(reduce(or_, pairs))
         columns = ("instance_type_id", "region", "availability_zone")
-        for type_id, region, zone in observed.values_list(*columns).distinct():
+        # order_by(): the model's ordering would add ``at`` to the DISTINCT (every price
+        # row, 34,564 on the demo, instead of the few zones).
+        for type_id, region, zone in observed.order_by().values_list(*columns).distinct():
             self._zones[(type_id, region)].add(zone)
-        opening = SpotPrice.objects.filter(
-            reduce(
-                or_,
-                (
-                    Q(instance_type_id=type_id, region=region, at__lte=low)
-                    for (type_id, region), (low, _) in spans.items()
-                ),
-            )
-        ).annotate(
+        # The price in force when a span opens is the newest one in the gap before it (up to
+        # and including its start); none there, and the one in force is one already read (in
+        # or before the span before). Each gap is numbered so that one window picks them all.
+        gaps = []
+        for (type_id, region), found in spans.items():
+            since = None
+            for low, high in found:
+                bounds = {"at__lte": low} if since is None else {"at__gte": since, "at__lte": low}
+                gaps.append(Q(instance_type_id=type_id, region=region, **bounds))
+                since = high
+        gap = Case(*(When(where, then=Value(number)) for number, where in enumerate(gaps)))
+        opening = SpotPrice.objects.filter(reduce(or_, gaps)).annotate(
             newest=Window(
-                RowNumber(), partition_by=[F(name) for name in columns], order_by=F("at").desc()
+                RowNumber(),
+                partition_by=[*(F(name) for name in columns), gap],
+                order_by=F("at").desc(),
             )
         )
         inside = SpotPrice.objects.filter(
@@ -197,7 +234,8 @@ class RateHistories:
                 or_,
                 (
                     Q(instance_type_id=type_id, region=region, at__gt=low, at__lt=high)
-                    for (type_id, region), (low, high) in spans.items()
+                    for (type_id, region), found in spans.items()
+                    for low, high in found
                 ),
             )
         )

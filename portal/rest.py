@@ -137,7 +137,10 @@ class Pagination(PageNumberPagination):
                 "name": self.page_size_query_param,
                 "required": False,
                 "in": "query",
-                "description": f"Results per page (default {self.page_size}).",
+                "description": (
+                    f"Results per page (default {self.page_size}, at most {self.max_page_size}; "
+                    f"a larger page_size answers 400, it is not cut down)."
+                ),
                 "schema": {
                     "anyOf": [
                         {"type": "integer", "minimum": 1, "maximum": self.max_page_size},

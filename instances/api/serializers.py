@@ -94,8 +94,11 @@ class InstanceTypeSerializer(serializers.ModelSerializer):
         ]
 
     def get_compatible_images(self, obj: InstanceType) -> list[str]:
-        # The image table is small: load it once per response, not once per row.
-        images = self.context.setdefault("_images", list(Image.objects.filter(is_active=True)))
+        # The image table is small: load it once per response, not once per row (setdefault
+        # would build its default, a query, on every call).
+        images = self.context.get("_images")
+        if images is None:
+            images = self.context["_images"] = list(Image.objects.filter(is_active=True))
         return [image.name for image in obj.compatible_images(images)]
 
 
@@ -305,6 +308,20 @@ class SpotOnlyChoiceField(serializers.ChoiceField):
         return None if value in ("", None) else super().to_representation(value)
 
 
+class OrderListSerializer(serializers.ListSerializer):
+    """A page of orders: every host on the page is costed at once (a fixed number of queries
+    for any number of orders, as a page of hosts is costed), not once per order."""
+
+    def to_representation(self, data):
+        orders = list(data.all() if hasattr(data, "all") else data)
+        context = self.context
+        hosts = [host for order in orders for host in order.instances.all()]
+        if hosts and "costs_so_far" not in context:
+            now = context.setdefault("now", timezone.now())
+            context["costs_so_far"] = costs_so_far(hosts, now=now)
+        return super().to_representation(orders)
+
+
 class OrderSerializer(serializers.ModelSerializer):
     project = serializers.CharField(source="project.slug")
     requester = serializers.CharField(source="requester.username")
@@ -323,6 +340,7 @@ class OrderSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Order
+        list_serializer_class = OrderListSerializer
         fields = [
             "id",
             "status",

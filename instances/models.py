@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.conf import settings
@@ -299,6 +300,9 @@ class Instance(models.Model):
     public_ip = models.GenericIPAddressField(null=True, blank=True)
     private_ip = models.GenericIPAddressField(null=True, blank=True)
     launched_at = models.DateTimeField(null=True, blank=True)
+    # When the host first ran (a replacement carries on the one it replaces): the lease counts
+    # from here. lease_expires_at is always lease_end(), stored so queries can filter on it.
+    lease_started_at = models.DateTimeField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     # Hours added to the order's lease by extensions: the lease runs order.lease_hours plus
     # these from the time the host first ran.
@@ -386,6 +390,15 @@ class Instance(models.Model):
     @property
     def lease_hours_total(self) -> int:
         return self.order.lease_hours + self.lease_extended_hours
+
+    def lease_end(self, *, if_started_at: datetime | None = None) -> datetime | None:
+        """The one rule for when a lease ends (README, Leases): its hours, the order's plus its
+        extensions, from when the host first ran, never from its launch. A host that has not
+        run yet ends ``if_started_at`` plus its hours (None without it)."""
+        began = self.lease_started_at or if_started_at
+        if began is None:
+            return None
+        return began + timedelta(hours=self.lease_hours_total)
 
     @property
     def ssh_command(self) -> str | None:

@@ -353,8 +353,8 @@ class DecisionSerializer(StrictSerializer):
 
 
 class ExtendSerializer(StrictSerializer):
-    """A lease extension: up to the project's longest lease from launch, if the budget admits
-    the extra hours (409 otherwise, naming the limit)."""
+    """A lease extension: up to the project's longest lease (counted from when the host first
+    ran), if the budget admits the extra hours (409 otherwise, naming the limit)."""
 
     hours = serializers.IntegerField(min_value=1, help_text="Hours to add to the lease")
 

@@ -49,11 +49,11 @@ def _in_words(left: timedelta) -> str:
 
 
 def instance_extend_lease(*, instance: Instance, user: User, hours: int) -> Instance:
-    """Add ``hours`` to a host's lease: allowed up to the longest lease (counted from launch)
-    its project allows, and only if the admission checks (the budget) admit the extra hours as
-    they would an order of one host for that long. Both are decided under the project's row
-    lock, the lock order_submit holds, so an extension and an order cannot both take the last
-    of a budget."""
+    """Add ``hours`` to a host's lease: allowed up to the longest lease (counted, as the lease
+    is, from when the host first ran) its project allows, and only if the admission checks
+    (the budget) admit the extra hours as they would an order of one host for that long. Both
+    are decided under the project's row lock, the lock order_submit holds, so an extension and
+    an order cannot both take the last of a budget."""
     if not permissions.can_act_on_host(user, instance):
         raise Forbidden("You can see this host but not extend its lease; ask its owner.")
     if isinstance(hours, bool) or not isinstance(hours, int) or hours < 1:
@@ -84,7 +84,7 @@ def instance_extend_lease(*, instance: Instance, user: User, hours: int) -> Inst
         if total > longest:
             room = longest - row.lease_hours_total
             raise LeaseLimitExceeded(
-                f"Lease limit: {whose} is {longest} h from launch; this host has "
+                f"Lease limit: {whose} is {longest} h from when a host first runs; this host has "
                 f"{row.lease_hours_total} h, so {hours} h more would make {total} h. "
                 + (
                     f"Extend by at most {room} h."
@@ -107,13 +107,13 @@ def instance_extend_lease(*, instance: Instance, user: User, hours: int) -> Inst
             )
         )
         was = row.lease_expires_at
-        row.lease_expires_at = was + timedelta(hours=hours)
         row.lease_extended_hours += hours
+        row.lease_expires_at = row.lease_end()
         row.save(update_fields=["lease_expires_at", "lease_extended_hours"])
         instance_note(
             instance=row,
             note=f"lease extended by {hours} h by {user.username}: it ends at "
-            f"{_when(row.lease_expires_at)} (was {_when(was)}), {total} h from launch",
+            f"{_when(row.lease_expires_at)} (was {_when(was)}), {total} h from when it first ran",
             actor=actor_of(user),
         )
     return row

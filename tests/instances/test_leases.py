@@ -106,7 +106,7 @@ def test_extending_adds_hours_and_notes_it_on_the_timeline(clock, alice, running
     note = host.events.order_by("-id").first()
     assert note.actor == "user:alice"
     assert "lease extended by 16 h by alice" in note.reason
-    assert "24 h from launch" in note.reason
+    assert "24 h from when it first ran" in note.reason
 
 
 def test_an_extension_past_the_portals_longest_lease_is_refused(

@@ -102,6 +102,21 @@ def test_the_warning_email_reaches_the_owner(spot_host, alice, django_capture_on
     assert mail.outbox[-1].to == [alice.email]
 
 
+def test_a_replacement_carries_on_the_lease_it_replaces_with_its_extensions(
+    spot_host, alice, settings
+):
+    settings.PORTAL_LEASE_MAX_HOURS = 24
+    host = spot_host("relaunch_spot")
+    services.instance_extend_lease(instance=host, user=alice, hours=16)
+    host.refresh_from_db()
+    warn(host)
+    new = Instance.objects.get(replaces=host)
+    assert (new.lease_started_at, new.lease_hours_total) == (host.lease_started_at, 24)
+    assert new.lease_expires_at == host.lease_started_at + timedelta(hours=24)
+    with pytest.raises(services.LeaseLimitExceeded, match="cannot be extended further"):
+        services.instance_extend_lease(instance=provision(new), user=alice, hours=1)
+
+
 def test_relaunch_spot_starts_a_spot_replacement_at_the_warning_linked_both_ways(spot_host):
     host = spot_host("relaunch_spot")
     warn(host)

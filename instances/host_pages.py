@@ -22,7 +22,8 @@ from instances import services
 from instances.checkpoints import backup_dir
 from instances.models import ACTIONS, Instance, Order
 from instances.selectors import held_orders, hosts_named, latest_gpu_readings
-from instances.services.idle import warn_after_minutes
+from instances.services.idle import idle_since
+from instances.services.leases import in_words
 from instances.usage import costs_so_far, rate_now, running_seconds
 from portal import permissions
 from portal.models import IdlePolicy
@@ -145,7 +146,11 @@ def _host_context(request: HttpRequest, instance: Instance) -> dict:
         "extendable": instance.status in Instance.LEASED and instance.lease_expires_at,
         "gpu": latest_gpu_readings([instance.pk], now=now).get(instance.pk),
         "idle_policy": policy,
-        "idle_for": warn_after_minutes(policy) if policy else None,
+        "idle_for": (
+            in_words(now - idle_since(instance, policy))
+            if policy and instance.idle_stop_at
+            else None
+        ),
         "replaced_by": instance.replaced_by,
         "checkpoint_dir": backup_dir(instance.order.checkpoint_uri),
     }

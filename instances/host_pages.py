@@ -78,6 +78,7 @@ def _host_rows(request: HttpRequest) -> dict:
             "rate": rate_now(instance) if running else None,
             "ssh": instance.ssh_command,
             "can_act": permissions.can_act_on_host(request.user, instance, managed),
+            "takeback": services.spot_takeback(instance),
         }
         group = groups.setdefault(
             instance.order_id,
@@ -152,6 +153,7 @@ def _host_context(request: HttpRequest, instance: Instance) -> dict:
             else None
         ),
         "replaced_by": instance.replaced_by,
+        "takeback": services.spot_takeback(instance),
         "checkpoint_dir": backup_dir(instance.order.checkpoint_uri),
     }
 

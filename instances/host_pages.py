@@ -39,7 +39,13 @@ def _scope(request: HttpRequest) -> str:
 
 
 def _hosts_queryset(request: HttpRequest):
-    rows = Instance.objects.for_user(request.user).with_detail().with_events().distinct()
+    rows = (
+        Instance.objects.for_user(request.user)
+        .with_detail()
+        .select_related("pool")
+        .with_events()
+        .distinct()
+    )
     scope = _scope(request)
     if scope == "mine":
         rows = rows.filter(owner=request.user)
@@ -58,7 +64,8 @@ def _new_order(request: HttpRequest) -> uuid.UUID | None:
 
 
 def _host_rows(request: HttpRequest) -> dict:
-    """The hosts, grouped by the order that launched them (newest order first), with what each
+    """The hosts, grouped by the order that launched them or the pool that keeps them (newest
+    first), with what each
     has cost and, for the running ones, what they cost per hour now."""
     now = timezone.now()
     managed = permissions.managed_project_ids(request.user)
@@ -80,9 +87,17 @@ def _host_rows(request: HttpRequest) -> dict:
             "can_act": permissions.can_act_on_host(request.user, instance, managed),
             "takeback": services.spot_takeback(instance),
         }
+        # A pool's hosts hang on the order the pool keeps for them: they are listed under
+        # the pool, which launched them and replaces them, not as an order someone placed.
         group = groups.setdefault(
-            instance.order_id,
-            {"order": instance.order, "hosts": [], "running": 0, "rate": Decimal(0)},
+            instance.pool_id or instance.order_id,
+            {
+                "order": instance.order,
+                "pool": instance.pool,
+                "hosts": [],
+                "running": 0,
+                "rate": Decimal(0),
+            },
         )
         group["hosts"].append(host)
         group["new"] = instance.order_id == new

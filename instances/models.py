@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -414,8 +415,13 @@ class Instance(models.Model):
 
     @property
     def actions_now(self) -> list[HostAction]:
-        """The actions this host's status and market allow now (who may act is asked apart)."""
-        return [action for action in ACTIONS.values() if action.allows(self)]
+        """The actions this host's status and market allow now (who may act is asked apart),
+        each with what its confirmation says happens to this host."""
+        return [
+            dataclasses.replace(action, confirm=action.confirm_for(self))
+            for action in ACTIONS.values()
+            if action.allows(self)
+        ]
 
 
 @dataclass(frozen=True)
@@ -438,6 +444,18 @@ class HostAction:
 
     def allows(self, instance: Instance) -> bool:
         return instance.status in self.allowed_from and instance.market in self.markets
+
+    def confirm_for(self, instance: Instance) -> str:
+        """What the confirmation says: a pool host that is terminated is replaced by its pool
+        (it keeps its size), so its owner hears that before, not after."""
+        pool = instance.pool if instance.pool_id else None
+        if self.name != "terminate" or pool is None or pool.status == pool.Status.DELETING:
+            return self.confirm
+        return (
+            f"{self.confirm} It belongs to pool {pool.name}, which launches a replacement to "
+            f"keep its {pool.desired} host{'' if pool.desired == 1 else 's'}; to have fewer, "
+            "lower the pool's desired count instead."
+        )
 
 
 S = Instance.Status

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import UTC, date, datetime, time
 from decimal import Decimal, InvalidOperation
 
 from django.core.exceptions import ValidationError
@@ -75,7 +75,7 @@ def host_rate_per_hour(instance: Instance) -> Decimal:
 
 
 def committed_rs(instance: Instance, now: datetime) -> int:
-    until = instance.lease_expires_at or now + timedelta(hours=instance.order.lease_hours)
+    until = instance.lease_end(if_started_at=now)
     until = min(until, month_end(now))
     seconds = max(0, int((until - now).total_seconds()))
     return host_rate_micros(instance) * seconds

@@ -22,7 +22,8 @@ from instances import services
 from instances.checkpoints import backup_dir
 from instances.models import ACTIONS, Instance, Order
 from instances.selectors import held_orders, hosts_named, latest_gpu_readings
-from instances.services.idle import warn_after_minutes
+from instances.services.idle import idle_since
+from instances.services.leases import in_words
 from instances.usage import costs_so_far, rate_now, running_seconds
 from portal import permissions
 from portal.models import IdlePolicy
@@ -38,7 +39,13 @@ def _scope(request: HttpRequest) -> str:
 
 
 def _hosts_queryset(request: HttpRequest):
-    rows = Instance.objects.for_user(request.user).with_detail().with_events().distinct()
+    rows = (
+        Instance.objects.for_user(request.user)
+        .with_detail()
+        .select_related("pool")
+        .with_events()
+        .distinct()
+    )
     scope = _scope(request)
     if scope == "mine":
         rows = rows.filter(owner=request.user)
@@ -57,7 +64,8 @@ def _new_order(request: HttpRequest) -> uuid.UUID | None:
 
 
 def _host_rows(request: HttpRequest) -> dict:
-    """The hosts, grouped by the order that launched them (newest order first), with what each
+    """The hosts, grouped by the order that launched them or the pool that keeps them (newest
+    first), with what each
     has cost and, for the running ones, what they cost per hour now."""
     now = timezone.now()
     managed = permissions.managed_project_ids(request.user)
@@ -77,10 +85,19 @@ def _host_rows(request: HttpRequest) -> dict:
             "rate": rate_now(instance) if running else None,
             "ssh": instance.ssh_command,
             "can_act": permissions.can_act_on_host(request.user, instance, managed),
+            "takeback": services.spot_takeback(instance),
         }
+        # A pool's hosts hang on the order the pool keeps for them: they are listed under
+        # the pool, which launched them and replaces them, not as an order someone placed.
         group = groups.setdefault(
-            instance.order_id,
-            {"order": instance.order, "hosts": [], "running": 0, "rate": Decimal(0)},
+            instance.pool_id or instance.order_id,
+            {
+                "order": instance.order,
+                "pool": instance.pool,
+                "hosts": [],
+                "running": 0,
+                "rate": Decimal(0),
+            },
         )
         group["hosts"].append(host)
         group["new"] = instance.order_id == new
@@ -145,8 +162,13 @@ def _host_context(request: HttpRequest, instance: Instance) -> dict:
         "extendable": instance.status in Instance.LEASED and instance.lease_expires_at,
         "gpu": latest_gpu_readings([instance.pk], now=now).get(instance.pk),
         "idle_policy": policy,
-        "idle_for": warn_after_minutes(policy) if policy else None,
+        "idle_for": (
+            in_words(now - idle_since(instance, policy))
+            if policy and instance.idle_stop_at
+            else None
+        ),
         "replaced_by": instance.replaced_by,
+        "takeback": services.spot_takeback(instance),
         "checkpoint_dir": backup_dir(instance.order.checkpoint_uri),
     }
 

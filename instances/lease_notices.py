@@ -15,16 +15,17 @@ class LeaseNotice(models.Model):
         "instances.Instance", on_delete=models.CASCADE, related_name="lease_notices"
     )
     lease_expires_at = models.DateTimeField()
-    hours_before = models.PositiveSmallIntegerField()
+    # How long before the lease end the warning is due (leases.lease_warnings).
+    minutes_before = models.PositiveIntegerField()
     sent_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["instance", "lease_expires_at", "hours_before"],
+                fields=["instance", "lease_expires_at", "minutes_before"],
                 name="leasenotice_once",
             )
         ]
 
     def __str__(self) -> str:
-        return f"{self.instance_id}: {self.hours_before} h before {self.lease_expires_at}"
+        return f"{self.instance_id}: {self.minutes_before} min before {self.lease_expires_at}"

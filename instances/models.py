@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.conf import settings
@@ -351,6 +352,9 @@ class Instance(models.Model):
     public_ip = models.GenericIPAddressField(null=True, blank=True)
     private_ip = models.GenericIPAddressField(null=True, blank=True)
     launched_at = models.DateTimeField(null=True, blank=True)
+    # When the host first ran (a replacement carries on the one it replaces): the lease counts
+    # from here. lease_expires_at is always lease_end(), stored so queries can filter on it.
+    lease_started_at = models.DateTimeField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     # Hours added to the order's lease by extensions: the lease runs order.lease_hours plus
     # these from the time the host first ran.
@@ -439,6 +443,15 @@ class Instance(models.Model):
     def lease_hours_total(self) -> int:
         return self.order.lease_hours + self.lease_extended_hours
 
+    def lease_end(self, *, if_started_at: datetime | None = None) -> datetime | None:
+        """The one rule for when a lease ends (README, Leases): its hours, the order's plus its
+        extensions, from when the host first ran, never from its launch. A host that has not
+        run yet ends ``if_started_at`` plus its hours (None without it)."""
+        began = self.lease_started_at or if_started_at
+        if began is None:
+            return None
+        return began + timedelta(hours=self.lease_hours_total)
+
     @property
     def ssh_command(self) -> str | None:
         """How to reach a running host (None until it runs and has an address)."""
@@ -453,8 +466,13 @@ class Instance(models.Model):
 
     @property
     def actions_now(self) -> list[HostAction]:
-        """The actions this host's status and market allow now (who may act is asked apart)."""
-        return [action for action in ACTIONS.values() if action.allows(self)]
+        """The actions this host's status and market allow now (who may act is asked apart),
+        each with what its confirmation says happens to this host."""
+        return [
+            dataclasses.replace(action, confirm=action.confirm_for(self))
+            for action in ACTIONS.values()
+            if action.allows(self)
+        ]
 
 
 @dataclass(frozen=True)
@@ -477,6 +495,18 @@ class HostAction:
 
     def allows(self, instance: Instance) -> bool:
         return instance.status in self.allowed_from and instance.market in self.markets
+
+    def confirm_for(self, instance: Instance) -> str:
+        """What the confirmation says: a pool host that is terminated is replaced by its pool
+        (it keeps its size), so its owner hears that before, not after."""
+        pool = instance.pool if instance.pool_id else None
+        if self.name != "terminate" or pool is None or pool.status == pool.Status.DELETING:
+            return self.confirm
+        return (
+            f"{self.confirm} It belongs to pool {pool.name}, which launches a replacement to "
+            f"keep its {pool.desired} host{'' if pool.desired == 1 else 's'}; to have fewer, "
+            "lower the pool's desired count instead."
+        )
 
 
 S = Instance.Status

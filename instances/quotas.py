@@ -63,9 +63,9 @@ def _who(quota: Quota) -> str:
 
 
 def longest_lease(*, project: Project, user: User) -> tuple[int, str]:
-    """The longest lease, in hours from launch, a host of ``user`` in ``project`` may have, and
-    whose limit that is: PORTAL_LEASE_MAX_HOURS, or a shorter max lease of the project's quota
-    or of the user's own quota in it."""
+    """The longest lease, in hours from when the host first runs, a host of ``user`` in
+    ``project`` may have, and whose limit that is: PORTAL_LEASE_MAX_HOURS, or a shorter max
+    lease of the project's quota or of the user's own quota in it."""
     hours, whose = settings.PORTAL_LEASE_MAX_HOURS, "the portal's longest lease"
     quotas = (
         Quota.objects.filter(project=project, max_lease_hours__isnull=False)

@@ -50,6 +50,15 @@ class SimulatedHost(models.Model):
 
     class Meta:
         ordering = ["launched_at", "cloud_id"]
+        # A cloud never gives two live hosts one address (a terminated host's is free again).
+        constraints = [
+            models.UniqueConstraint(
+                fields=[name],
+                condition=~models.Q(state="terminated"),
+                name=f"simulatedhost_live_{name}",
+            )
+            for name in ("public_ip", "private_ip")
+        ]
 
     def __str__(self) -> str:
         return f"{self.cloud_id} {self.instance_type} {self.state}"

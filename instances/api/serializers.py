@@ -184,7 +184,19 @@ class EventSerializer(serializers.ModelSerializer):
         fields = ["old_status", "new_status", "reason", "at", "actor"]
 
 
+class SpotRecoverySerializer(serializers.Serializer):
+    """A spot host the cloud is taking back (services.spot_takeback: the page's words)."""
+
+    state = serializers.CharField(help_text="warned")
+    label = serializers.CharField()
+    at = serializers.DateTimeField(help_text="When the cloud takes the host back")
+    next = serializers.CharField(help_text="What happens next and why")
+
+
 class InstanceSerializer(serializers.ModelSerializer):
+    spot_recovery = serializers.SerializerMethodField(
+        help_text="Null unless the cloud has warned that it takes this spot host back"
+    )
     name = serializers.CharField(read_only=True, help_text="As pages and the cloud's tags name it")
     order = serializers.UUIDField(source="order_id", read_only=True)
     pool = serializers.UUIDField(
@@ -229,11 +241,17 @@ class InstanceSerializer(serializers.ModelSerializer):
             "ssh_command",
             "running_seconds",
             "cost_so_far",
+            "spot_recovery",
         ]
         read_only_fields = fields
 
     def get_ssh_command(self, obj: Instance) -> str | None:
         return obj.ssh_command
+
+    @extend_schema_field(SpotRecoverySerializer(allow_null=True))
+    def get_spot_recovery(self, obj: Instance) -> dict | None:
+        takeback = services.spot_takeback(obj)
+        return SpotRecoverySerializer(takeback.as_dict()).data if takeback else None
 
     def get_running_seconds(self, obj: Instance) -> int:
         return running_seconds(list(obj.events.all()), self.context.get("now") or timezone.now())
@@ -377,8 +395,8 @@ class DecisionSerializer(StrictSerializer):
 
 
 class ExtendSerializer(StrictSerializer):
-    """A lease extension: up to the project's longest lease from launch, if the budget admits
-    the extra hours (409 otherwise, naming the limit)."""
+    """A lease extension: up to the project's longest lease (counted from when the host first
+    ran), if the budget admits the extra hours (409 otherwise, naming the limit)."""
 
     hours = serializers.IntegerField(min_value=1, help_text="Hours to add to the lease")
 

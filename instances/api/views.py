@@ -246,9 +246,9 @@ class InstanceViewSet(KeepRunningActions, viewsets.ReadOnlyModelViewSet):
     @extend_schema(request=ExtendSerializer, responses={200: InstanceSerializer})
     @action(detail=True, methods=["post"])
     def extend(self, request, pk=None):
-        """Add hours to the host's lease: up to the project's longest lease counted from launch,
-        and only if the budget check admits the extra hours as it would an order; otherwise
-        409 (``lease_limit`` or ``budget_exceeded``) saying which limit."""
+        """Add hours to the host's lease: up to the project's longest lease counted from when it
+        first ran, and only if the budget check admits the extra hours as it would an order;
+        otherwise 409 (``lease_limit`` or ``budget_exceeded``) saying which limit."""
         instance = self.get_object()
         if not permissions.can_act_on_host(request.user, instance):
             raise Forbidden("You can see this host but not extend its lease; ask its owner.")

@@ -134,10 +134,26 @@ class SimulatedProvider(SpotMarket, Provider):
         }
         return hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()
 
-    def _address(self, network: str, *parts: object) -> str:
+    def _address(self, network: str, field: str, cloud_id: str) -> str:
+        """The address the seed draws for this host, or the next one no live host holds (a
+        cloud never gives two live hosts one address; a /24 drawn at random would by its 20th
+        host, half the time). The table's constraint settles two launches at once."""
         net = ipaddress.ip_network(network)
-        offset = 1 + int(unit_hash(self.seed, *parts) * (net.num_addresses - 2))
-        return str(net.network_address + offset)
+        usable = net.num_addresses - 2
+        start = int(unit_hash(self.seed, cloud_id) * usable)
+        taken = set(
+            SimulatedHost.objects.exclude(state=SimulatedHost.State.TERMINATED).values_list(
+                field, flat=True
+            )
+        )
+        for step in range(usable):
+            address = str(net.network_address + 1 + (start + step) % usable)
+            if address not in taken:
+                return address
+        raise ProviderTransientError(
+            f"There are not enough free addresses in {network} for this launch.",
+            code="InsufficientFreeAddressesInSubnet",
+        )
 
     def _settle(self, host: SimulatedHost) -> SimulatedHost:
         """Advance a host whose moving state has run its course, at the time it settled."""
@@ -248,12 +264,13 @@ class SimulatedProvider(SpotMarket, Provider):
             try:
                 return self._host(self._create(request, key=key, digest=digest))
             except IntegrityError:
-                if honour:
+                existing = SimulatedHost.objects.filter(client_token=request.client_token).first()
+                if honour and existing is not None:
                     # Another call with the same token won the race: answer as EC2 does, with
                     # its host.
-                    existing = SimulatedHost.objects.get(client_token=request.client_token)
                     return self._same_token(existing, digest)
-                # A concurrent launch under the same ignored token took this key: the next one.
+                # A concurrent launch took this key (under the same ignored token) or one of
+                # the addresses drawn: the next try draws again.
         raise ProviderTransientError(
             "The launch collided with others; try again.", code="InternalError"
         )
@@ -290,8 +307,8 @@ class SimulatedProvider(SpotMarket, Provider):
                 region=self.region,
                 availability_zone=self._zone(request),
                 environment=request.environment,
-                private_ip=self._address("10.20.0.0/16", cloud_id),
-                public_ip=self._address("198.51.100.0/24", cloud_id),
+                private_ip=self._address("10.20.0.0/16", "private_ip", cloud_id),
+                public_ip=self._address("198.51.100.0/24", "public_ip", cloud_id),
                 state=SimulatedHost.State.PENDING if settles else SimulatedHost.State.RUNNING,
                 state_changed_at=now,
                 settles_at=settles,

@@ -116,6 +116,7 @@ from instances.services.recovery import (
     replacement_start,
     spot_capacity_refused,
     spot_events_drain,
+    spot_takeback,
     spot_warning_receive,
 )
 from instances.services.telemetry import (
@@ -225,6 +226,7 @@ __all__ = [
     "schedule_words",
     "spot_capacity_refused",
     "spot_events_drain",
+    "spot_takeback",
     "spot_warning_receive",
     "telemetry_collect",
     "telemetry_compact",

@@ -20,7 +20,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from instances.models import GpuReading, Instance
-from instances.services.leases import instance_system_stop
+from instances.services.leases import in_words, instance_system_stop
 from instances.services.transitions import actor_of, instance_note
 from portal import permissions
 from portal.errors import Conflict, Forbidden
@@ -51,6 +51,20 @@ def warn_after_minutes(policy: IdlePolicy) -> int:
     """How long a host is idle when its owner is warned (the rest of the policy's minutes are
     the warning)."""
     return max(1, policy.idle_minutes - policy.warning_minutes)
+
+
+def idle_since(instance: Instance, policy: IdlePolicy) -> datetime:
+    """Since when a running host has been idle: the end of the minute of its last busy reading,
+    or its first reading, and never before it last began running (a host that ran 70 s was
+    not idle for the policy's 2 minutes, whatever its first minute's reading covers)."""
+    readings = GpuReading.objects.filter(
+        instance_id=instance.pk, minute__gte=instance.status_changed_at - MINUTE
+    ).aggregate(
+        busy=Max("minute", filter=Q(utilization__gte=policy.threshold_percent)),
+        first=Min("minute"),
+    )
+    began = readings["busy"] + MINUTE if readings["busy"] else readings["first"]
+    return max(began or instance.status_changed_at, instance.status_changed_at)
 
 
 def idle_check(*, now: datetime | None = None) -> IdleReport:
@@ -153,13 +167,13 @@ def _warn(instance_id, policy: IdlePolicy, now: datetime) -> bool:
         if not claimed:
             return False
         instance = Instance.objects.select_related("instance_type", "owner").get(pk=instance_id)
-        idle_for = warn_after_minutes(policy)
+        idle_for = in_words(now - idle_since(instance, policy))
         verb = (
             "stopped" if instance.market == "on_demand" else "terminated (spot hosts cannot stop)"
         )
         text = (
             f"Your host {instance.instance_type.name} {str(instance.pk)[:8]} has been idle for "
-            f"{idle_for} minutes (GPU below {policy.threshold_percent} %) and will be {verb} at "
+            f"{idle_for} (GPU below {policy.threshold_percent} %) and will be {verb} at "
             f"{_hhmm(stop_at)}."
         )
         instance_note(instance=instance, note=f"Idle warning: {text}", actor=ACTOR)

@@ -41,19 +41,35 @@ def _when(moment: datetime) -> str:
     return f"{moment:%H:%M} UTC on {moment:%b} {moment.day}"
 
 
-def _in_words(left: timedelta) -> str:
-    minutes = max(0, int(left.total_seconds()) // 60)
+def in_words(left: timedelta) -> str:
+    """A length of time as a warning says it, truncated, never rounded up: "70 seconds",
+    "59 minutes", "23 h 59 min" (a warning sent 23 h 59 min ahead never says "ends in 23 h")."""
+    seconds = max(0, int(left.total_seconds()))
+    if seconds < 120:
+        return f"{seconds} second{'' if seconds == 1 else 's'}"
+    minutes = seconds // 60
     if minutes < 120:
         return f"{minutes} minutes"
-    return f"{minutes // 60} h"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+
+
+def lease_warnings(hours: int) -> list[int]:
+    """The warnings a lease of ``hours`` gets, in minutes before its end, most urgent first: each
+    of PORTAL_LEASE_NOTICE_HOURS shorter than the lease (none would come at its start), and a
+    lease no longer than any of them gets one at a quarter of its length (15 minutes before the
+    end of a 1 h lease), so that no lease ends unannounced."""
+    lease = hours * 60
+    fits = sorted(h * 60 for h in settings.PORTAL_LEASE_NOTICE_HOURS if h * 60 < lease)
+    return fits or [max(1, lease // 4)]
 
 
 def instance_extend_lease(*, instance: Instance, user: User, hours: int) -> Instance:
-    """Add ``hours`` to a host's lease: allowed up to the longest lease (counted from launch)
-    its project allows, and only if the admission checks (the budget) admit the extra hours as
-    they would an order of one host for that long. Both are decided under the project's row
-    lock, the lock order_submit holds, so an extension and an order cannot both take the last
-    of a budget."""
+    """Add ``hours`` to a host's lease: allowed up to the longest lease (counted, as the lease
+    is, from when the host first ran) its project allows, and only if the admission checks
+    (the budget) admit the extra hours as they would an order of one host for that long. Both
+    are decided under the project's row lock, the lock order_submit holds, so an extension and
+    an order cannot both take the last of a budget."""
     if not permissions.can_act_on_host(user, instance):
         raise Forbidden("You can see this host but not extend its lease; ask its owner.")
     if isinstance(hours, bool) or not isinstance(hours, int) or hours < 1:
@@ -84,7 +100,7 @@ def instance_extend_lease(*, instance: Instance, user: User, hours: int) -> Inst
         if total > longest:
             room = longest - row.lease_hours_total
             raise LeaseLimitExceeded(
-                f"Lease limit: {whose} is {longest} h from launch; this host has "
+                f"Lease limit: {whose} is {longest} h from when a host first runs; this host has "
                 f"{row.lease_hours_total} h, so {hours} h more would make {total} h. "
                 + (
                     f"Extend by at most {room} h."
@@ -107,47 +123,46 @@ def instance_extend_lease(*, instance: Instance, user: User, hours: int) -> Inst
             )
         )
         was = row.lease_expires_at
-        row.lease_expires_at = was + timedelta(hours=hours)
         row.lease_extended_hours += hours
+        row.lease_expires_at = row.lease_end()
         row.save(update_fields=["lease_expires_at", "lease_extended_hours"])
         instance_note(
             instance=row,
             note=f"lease extended by {hours} h by {user.username}: it ends at "
-            f"{_when(row.lease_expires_at)} (was {_when(was)}), {total} h from launch",
+            f"{_when(row.lease_expires_at)} (was {_when(was)}), {total} h from when it first ran",
             actor=actor_of(user),
         )
     return row
 
 
 def leases_warn(*, now: datetime | None = None) -> list[tuple[str, int]]:
-    """Warn owners of hosts whose lease ends within one of PORTAL_LEASE_NOTICE_HOURS: a notice
-    and an email, once per host, lease end and warning (the LeaseNotice row, written in the
-    notice's transaction, is what makes a second pass, a retried task or a restarted worker
-    send nothing). Only the most urgent warning due is sent, and none whose window opened
-    before the lease began (a 1 h lease gets no "1 h left" at launch). Returns (host, hours)."""
+    """Warn owners of hosts whose lease ends within one of its lease_warnings(): a notice and an
+    email, once per host, lease end and warning (the LeaseNotice row, written in the notice's
+    transaction, is what makes a second pass, a retried task or a restarted worker send
+    nothing). Only the most urgent warning due is sent. Returns (host, minutes before)."""
     now = now or timezone.now()
-    windows = sorted(settings.PORTAL_LEASE_NOTICE_HOURS)
-    if not windows:
-        return []
+    # The earliest any lease is warned: its longest notice (a short lease's comes later).
+    widest = max(settings.PORTAL_LEASE_NOTICE_HOURS, default=settings.PORTAL_LEASE_MAX_HOURS)
     hosts = list(
         Instance.objects.filter(
             status__in=Instance.LEASED,
             lease_expires_at__gt=now,
-            lease_expires_at__lte=now + timedelta(hours=windows[-1]),
+            lease_expires_at__lte=now + timedelta(hours=widest),
         ).select_related("order", "instance_type", "project", "owner", "pool")
     )
     sent = set(
         LeaseNotice.objects.filter(instance__in=[h.pk for h in hosts]).values_list(
-            "instance_id", "lease_expires_at", "hours_before"
+            "instance_id", "lease_expires_at", "minutes_before"
         )
     )
     warned = []
     for host in hosts:
         left = host.lease_expires_at - now
-        due = next((h for h in windows if left <= timedelta(hours=h)), None)
-        if due is None or host.lease_hours_total <= due:
-            continue
-        if (host.pk, host.lease_expires_at, due) in sent:
+        due = next(
+            (m for m in lease_warnings(host.lease_hours_total) if left <= timedelta(minutes=m)),
+            None,
+        )
+        if due is None or (host.pk, host.lease_expires_at, due) in sent:
             continue
         try:
             with transaction.atomic():
@@ -156,7 +171,7 @@ def leases_warn(*, now: datetime | None = None) -> list[tuple[str, int]]:
                 if locked.lease_expires_at != host.lease_expires_at:
                     continue
                 LeaseNotice.objects.create(
-                    instance=host, lease_expires_at=host.lease_expires_at, hours_before=due
+                    instance=host, lease_expires_at=host.lease_expires_at, minutes_before=due
                 )
                 _warn(host, left)
         except IntegrityError:
@@ -180,7 +195,7 @@ def _warn(host: Instance, left: timedelta) -> None:
     )
     notice_send(
         user=host.owner,
-        subject=f"Lease ends in {_in_words(left)}: {name}",
+        subject=f"Lease ends in {in_words(left)}: {name}",
         body=f"Your {name} host ({host.cloud_id or host.pk}) will be terminated at {_when(end)}, "
         f"when its {host.lease_hours_total} h lease ends. {extend}copy off any work you want "
         "to keep before then.",
@@ -196,10 +211,10 @@ def _warn(host: Instance, left: timedelta) -> None:
 def _warn_pool_host(host: Instance, left: timedelta, name: str) -> None:
     """A pool host is not extended: its pool replaces it before its lease ends."""
     end, pool = host.lease_expires_at, host.pool
-    lead = _in_words(timedelta(seconds=settings.PORTAL_POOL_LEASE_HANDOVER_SECONDS))
+    lead = in_words(timedelta(seconds=settings.PORTAL_POOL_LEASE_HANDOVER_SECONDS))
     notice_send(
         user=host.owner,
-        subject=f"Pool {pool.name} replaces a host in {_in_words(left)}: {name}",
+        subject=f"Pool {pool.name} replaces a host in {in_words(left)}: {name}",
         body=f"Your {name} host ({host.cloud_id or host.pk}) of pool {pool.name} reaches the "
         f"end of its {host.lease_hours_total} h lease at {_when(end)}. The pool launches its "
         f"replacement up to {lead} before and ends this host once the replacement runs; copy "

@@ -485,8 +485,11 @@ def instance_create(
         client_token=f"portal-{instance_id.hex}",
         status_changed_at=now,
         replaces=replaces,
-        # A replacement carries on the lease of the host it replaces.
-        lease_expires_at=replaces.lease_expires_at if replaces is not None else None,
+        # A replacement carries on the lease of the host it replaces: its start and extensions,
+        # so that its end is the same and a later extension counts from the same start.
+        lease_started_at=replaces.lease_started_at if replaces is not None else None,
+        lease_extended_hours=replaces.lease_extended_hours if replaces is not None else 0,
+        lease_expires_at=replaces.lease_end() if replaces is not None else None,
     )
     InstanceEvent.objects.create(
         instance=instance,

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from datetime import datetime
 
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from instances.models import Instance, InterruptionPolicy, Market
 from instances.providers import get_provider, spot_events
@@ -35,6 +37,7 @@ from instances.services.orders import (
 from instances.services.pools import pool_capacity_refused
 from instances.services.transitions import instance_note, instance_transition
 from portal.errors import PortalError
+from portal.models import Notice
 from portal.services import notice_send
 
 log = logging.getLogger(__name__)
@@ -42,6 +45,8 @@ log = logging.getLogger(__name__)
 ACTOR = "system:spot_recovery"
 RELAUNCH = frozenset({InterruptionPolicy.RELAUNCH_SPOT, InterruptionPolicy.FALLBACK_ON_DEMAND})
 REBALANCE_NOTE = "rebalance recommendation"
+REFUSED = "no replacement: "
+NO_REPLACEMENT = "No replacement for spot host"
 # What each policy does when the two-minute warning comes.
 AT_THE_WARNING = {
     InterruptionPolicy.NOTIFY: "nothing is launched in its place (policy: notify)",
@@ -76,6 +81,68 @@ def _checkpoint_line(instance: Instance) -> str:
     )
 
 
+# --- what a warned host's owner reads ---------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Takeback:
+    """A spot host the cloud is taking back: by when, and what happens next and why. The one
+    answer My hosts, the host page, the API (``spot_recovery``) and the notices give."""
+
+    at: datetime
+    next: str
+    label: str = "Interruption warned"
+
+    def as_dict(self) -> dict:
+        return {"state": "warned", "label": self.label, "at": self.at, "next": self.next}
+
+
+def spot_takeback(instance: Instance) -> Takeback | None:
+    """None unless the cloud has warned that it takes this live host back. Otherwise the
+    sentence says what the host's policy does, and once it has acted, what it did: the
+    replacement and its status, or why there is none (the refusal on the timeline)."""
+    if instance.spot_interruption_at is None or not instance.is_live:
+        return None
+    policy = _policy(instance)
+    if instance.pool_id:
+        # A pool counts a warned host as leaving and launches its replacement itself.
+        next_ = (
+            "Its pool launches a replacement once it is gone (policy: notify)."
+            if policy == InterruptionPolicy.NOTIFY
+            else "Its pool launches a replacement on its next pass."
+        )
+    elif policy not in RELAUNCH:
+        next_ = (
+            "Nothing is launched in its place (policy: notify): save your work to the "
+            "checkpoint location now."
+        )
+    elif (replacement := instance.replaced_by) is not None:
+        state = replacement.get_status_display().lower()
+        next_ = (
+            f"Replacement {replacement.name} ({replacement.get_market_display().lower()}) is "
+            f"{state}" + (f": {replacement.status_reason}" if replacement.status_reason else "")
+        ).rstrip(".") + "."
+    elif refusal := _refusal(instance):
+        next_ = f"No replacement: {refusal}"
+    else:
+        next_ = f"{AT_THE_WARNING[policy].capitalize()}."
+    return Takeback(at=instance.spot_interruption_at, next=next_)
+
+
+def _refusal(instance: Instance) -> str:
+    """The latest refusal of a replacement since the warning (its timeline note), or ''."""
+    notes = [
+        event
+        for event in instance.events.all()
+        if event.reason.startswith(REFUSED) and event.at >= instance.spot_warning_at
+    ]
+    return (
+        max(notes, key=lambda event: (event.at, event.pk)).reason.removeprefix(REFUSED)
+        if (notes)
+        else ""
+    )
+
+
 # --- warnings ----------------------------------------------------------------------------------
 
 
@@ -96,14 +163,7 @@ def spot_warning_receive(*, warning: SpotWarning) -> Instance | None:
             return instance
         instance.spot_warning_at, instance.spot_interruption_at = warning.at, action_at
         policy = _policy(instance)
-        then = f"{AT_THE_WARNING[policy].capitalize()}."
-        if instance.pool_id:
-            # A pool counts a warned host as leaving and launches its replacement itself.
-            then = (
-                "Its pool launches a replacement once it is gone (policy: notify)."
-                if policy == InterruptionPolicy.NOTIFY
-                else "Its pool launches a replacement on its next pass."
-            )
+        then = spot_takeback(instance).next
         instance_note(
             instance=instance,
             note=f"interruption warning: the cloud takes this host back at "
@@ -181,11 +241,23 @@ def host_interrupted(*, instance: Instance) -> None:
 
 
 def _refuse(original: Instance, sentence: str) -> None:
-    instance_note(instance=original, note=f"no replacement: {sentence}", actor=ACTOR)
-    _tell(
-        original,
-        subject=f"No replacement for spot host {_name(original)}",
-        body=sentence,
+    instance_note(instance=original, note=f"{REFUSED}{sentence}", actor=ACTOR)
+    _tell(original, subject=f"{NO_REPLACEMENT} {_name(original)}", body=sentence)
+
+
+def _close_refusals(original: Instance, replacement: Instance) -> None:
+    """A replacement launched after all (a refusal at the warning, admitted at the
+    interruption): the owner's unread "No replacement" notices about this host say so and
+    close, rather than stay open saying the opposite of the host's page."""
+    Notice.objects.filter(
+        user=original.owner,
+        link=f"/hosts/{original.pk}/",
+        subject__startswith=NO_REPLACEMENT,
+        read_at__isnull=True,
+    ).update(
+        subject=f"Replacement started for spot host {_name(original)}"[:200],
+        body=f"Replacement {replacement.name} started after all: /hosts/{replacement.pk}/.",
+        read_at=timezone.now(),
     )
 
 
@@ -246,6 +318,7 @@ def replacement_start(*, instance_id, why: str, market: str | None = None) -> In
                 note=f"replaced by {replacement.pk} ({market.replace('_', '-')}, {why})",
                 actor=ACTOR,
             )
+            _close_refusals(original, replacement)
     except PortalError as error:
         _refuse(original, f"{error.message} The {why} of {_name(original)} stands.")
         return None

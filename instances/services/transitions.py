@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.db import transaction
 from django.utils import timezone
@@ -98,9 +98,10 @@ def instance_transition(
         row.status_reason = reason[:500]
         row.status_changed_at = at
         fields = ["status", "status_reason", "status_changed_at"]
-        if to == Instance.Status.RUNNING and row.lease_expires_at is None:
-            row.lease_expires_at = at + timedelta(hours=row.order.lease_hours)
-            fields.append("lease_expires_at")
+        if to == Instance.Status.RUNNING and row.lease_started_at is None:
+            row.lease_started_at = at
+            row.lease_expires_at = row.lease_end()
+            fields += ["lease_started_at", "lease_expires_at"]
         row.save(update_fields=fields)
         InstanceEvent.objects.create(
             instance=row, old_status=old, new_status=to, reason=reason[:500], at=at, actor=actor

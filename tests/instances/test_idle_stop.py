@@ -63,7 +63,7 @@ def test_a_host_whose_gpus_go_idle_is_warned_then_stopped_at_the_announced_minut
     assert stop_at == (warned_at + 5 * MINUTE).replace(second=0, microsecond=0)
     notice = Notice.objects.get(user=alice)
     assert f"will be stopped at {stop_at:%H:%M} UTC" in notice.body
-    assert "idle for 25 minutes" in notice.body
+    assert "idle for 24 minutes" in notice.body
     assert notice.link.endswith(f"/hosts/{host.pk}/#keep-running")
 
     minutes_left = int((stop_at - clock.now) / MINUTE)
@@ -234,3 +234,25 @@ def test_the_keep_running_button_leaves_the_notice_once_the_stop_time_has_passed
     page = client.get("/dashboard/").content.decode()
     assert "will be stopped at" in page  # the notice stays, its button goes
     assert ">Keep running</button>" not in page
+
+
+def test_the_idle_warning_never_says_longer_than_the_host_has_run(
+    clock, projects, running_host, alice, client
+):
+    IdlePolicy.objects.create(
+        project=projects["vision-lab"],
+        threshold_percent=10,
+        idle_minutes=3,
+        warning_minutes=1,
+        snooze_hours=2,
+    )
+    host = running_host()
+    _profile(host, "idle", clock)
+    services.telemetry_collect()  # its first minute's reading reaches back before it ran
+    clock.shift(timedelta(seconds=70))
+    services.telemetry_collect()
+    assert services.idle_check().warned == [str(host.pk)]
+    assert "has been idle for 70 seconds (GPU below 10 %)" in Notice.objects.get(user=alice).body
+    client.force_login(alice)
+    page = client.get(f"/hosts/{host.pk}/").content.decode()
+    assert "have been below 10 % for 70 seconds (warned" in page

@@ -59,5 +59,5 @@ def test_a_lease_warning_is_sent_once_across_passes_and_a_worker_restart(
     assert notices[0].startswith("Lease ends in 29 minutes") or notices[0].startswith(
         "Lease ends in 30 minutes"
     )
-    assert LeaseNotice.objects.filter(instance=host, hours_before=1).count() == 1
+    assert LeaseNotice.objects.filter(instance=host, minutes_before=60).count() == 1
     assert host.events.filter(reason__startswith="lease warning").count() == 1

@@ -49,13 +49,13 @@ def test_each_warning_is_sent_once_however_often_beat_runs(clock, alice, running
     end = host.lease_expires_at
     assert passes(3) == []  # 48 h left: nothing due yet
     clock.move_to(end - timedelta(hours=23, minutes=59))
-    assert passes(5) == [(str(host.pk), 24)]
+    assert passes(5) == [(str(host.pk), 24 * 60)]
     clock.move_to(end - timedelta(minutes=59))
-    assert passes(5) == [(str(host.pk), 1)]
+    assert passes(5) == [(str(host.pk), 60)]
     clock.move_to(end - timedelta(minutes=1))
     assert passes(3) == []
     assert _lease_notices(alice) == [
-        "Lease ends in 23 h: g5.xlarge in vision-lab",
+        "Lease ends in 23 h 59 min: g5.xlarge in vision-lab",
         "Lease ends in 59 minutes: g5.xlarge in vision-lab",
     ]
     assert [m.subject for m in mail.outbox] == [f"[GPU Portal] {s}" for s in _lease_notices(alice)]
@@ -70,27 +70,40 @@ def test_a_lease_shorter_than_a_warning_gets_only_the_ones_that_fit(clock, runni
     eight = running_host(lease_hours=8)
     one = running_host(lease_hours=1)
     assert passes() == []  # 8 h and 1 h left: a 24 h warning would come at launch; none does
-    clock.shift(timedelta(hours=7, minutes=1))
-    assert passes(2) == [(str(eight.pk), 1)]
-    assert not LeaseNotice.objects.filter(instance=one).exists()
+    clock.shift(timedelta(minutes=45))
+    assert passes(2) == [(str(one.pk), 15)]
+    clock.shift(timedelta(hours=6, minutes=16))
+    assert passes(2) == [(str(eight.pk), 60)]
+
+
+def test_a_one_hour_lease_is_warned_a_quarter_of_an_hour_before_it_ends(
+    clock, alice, running_host, passes
+):
+    host = running_host(lease_hours=1)
+    clock.move_to(host.lease_expires_at - timedelta(minutes=15, seconds=1))
+    assert passes() == []
+    clock.shift(timedelta(seconds=31))
+    assert passes(3) == [(str(host.pk), 15)]
+    assert _lease_notices(alice) == ["Lease ends in 14 minutes: g5.xlarge in vision-lab"]
+    assert "will be terminated at" in mail.outbox[0].body
 
 
 def test_a_missed_window_sends_only_the_most_urgent_warning(clock, running_host, passes):
     host = running_host(lease_hours=48)
     clock.move_to(host.lease_expires_at - timedelta(minutes=30))  # beat was down for a day
-    assert passes(2) == [(str(host.pk), 1)]
+    assert passes(2) == [(str(host.pk), 60)]
 
 
 def test_an_extension_moves_the_end_and_rearms_the_warnings(clock, alice, running_host, passes):
     host = running_host(lease_hours=8)
     end = host.lease_expires_at
     clock.move_to(end - timedelta(minutes=50))
-    assert passes() == [(str(host.pk), 1)]
+    assert passes() == [(str(host.pk), 60)]
     host = services.instance_extend_lease(instance=host, user=alice, hours=4)
     assert host.lease_expires_at == end + timedelta(hours=4)
     assert passes() == []  # 4 h 50 min left of a 12 h lease: the next warning is at 1 h
     clock.move_to(host.lease_expires_at - timedelta(minutes=40))
-    assert passes(3) == [(str(host.pk), 1)]
+    assert passes(3) == [(str(host.pk), 60)]
     assert LeaseNotice.objects.filter(instance=host).count() == 2
 
 
@@ -106,7 +119,7 @@ def test_extending_adds_hours_and_notes_it_on_the_timeline(clock, alice, running
     note = host.events.order_by("-id").first()
     assert note.actor == "user:alice"
     assert "lease extended by 16 h by alice" in note.reason
-    assert "24 h from launch" in note.reason
+    assert "24 h from when it first ran" in note.reason
 
 
 def test_an_extension_past_the_portals_longest_lease_is_refused(

@@ -338,3 +338,28 @@ def test_the_pools_page_costs_the_same_queries_for_one_pool_or_eight(client, ali
     services.autoscale()
     assert queries() == one, f"{one} queries for one pool"
     print(f"pools page: {one} queries for 1 pool and for 8")
+
+
+def test_my_hosts_lists_pool_hosts_under_their_pool_and_says_terminating_one_is_replaced(
+    client, make_pool, alice, place_order
+):
+    pool = make_pool(desired=2)
+    services.autoscale()
+    provision_all()
+    place_order(alice)  # and one host alice ordered herself
+    client.force_login(alice)
+    rows = client.get(reverse("host-rows")).content.decode()
+    head = rows.split(f'data-pool="{pool.pk}"')[1].split("</header>")[0]
+    assert (
+        f'Pool <a href="{reverse("pool", args=[pool.pk])}" data-testid="pool-link">trainers' in head
+    )
+    assert "keeps 2 hosts" in head and "ordered" not in head
+    assert rows.count("data-pool=") == 1 and rows.count("order-group-head") == 2
+    replaced = (
+        "It belongs to pool trainers, which launches a replacement to keep its 2 hosts; to "
+        "have fewer, lower the pool&#x27;s desired count instead."
+    )
+    assert rows.count(replaced) == 2  # each pool host's Terminate; the ordered one's says not
+    host = pool.hosts.first()
+    page = client.get(reverse("host", args=[host.pk])).content.decode()
+    assert replaced in page

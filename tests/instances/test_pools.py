@@ -279,7 +279,7 @@ def test_a_pool_host_is_replaced_before_its_lease_ends_and_ends_once_the_new_one
     end = min(host.lease_expires_at for host in old)
     clock.move_to(end - timedelta(minutes=20))
     # The owner hears that the pool, not an extension, takes care of it.
-    assert {hours for _, hours in services.leases_warn()} == {1}
+    assert {minutes for _, minutes in services.leases_warn()} == {60}
     notice = Notice.objects.filter(user=alice).order_by("-pk").first()
     assert notice.subject == "Pool trainers replaces a host in 20 minutes: g5.xlarge in vision-lab"
     assert "launches its replacement up to 30 minutes before" in notice.body

@@ -102,6 +102,21 @@ def test_the_warning_email_reaches_the_owner(spot_host, alice, django_capture_on
     assert mail.outbox[-1].to == [alice.email]
 
 
+def test_a_replacement_carries_on_the_lease_it_replaces_with_its_extensions(
+    spot_host, alice, settings
+):
+    settings.PORTAL_LEASE_MAX_HOURS = 24
+    host = spot_host("relaunch_spot")
+    services.instance_extend_lease(instance=host, user=alice, hours=16)
+    host.refresh_from_db()
+    warn(host)
+    new = Instance.objects.get(replaces=host)
+    assert (new.lease_started_at, new.lease_hours_total) == (host.lease_started_at, 24)
+    assert new.lease_expires_at == host.lease_started_at + timedelta(hours=24)
+    with pytest.raises(services.LeaseLimitExceeded, match="cannot be extended further"):
+        services.instance_extend_lease(instance=provision(new), user=alice, hours=1)
+
+
 def test_relaunch_spot_starts_a_spot_replacement_at_the_warning_linked_both_ways(spot_host):
     host = spot_host("relaunch_spot")
     warn(host)
@@ -196,6 +211,36 @@ def test_a_replacement_refused_at_the_warning_starts_once_the_original_is_gone(
     assert host.status == S.TERMINATED
     new = Instance.objects.get(replaces=host)
     assert new.market == "spot"
+
+
+def test_a_warned_host_says_one_thing_on_my_hosts_its_page_the_api_and_the_notices(
+    spot_host, projects, ada, alice, client, api_as, clock
+):
+    host = spot_host("relaunch_spot")
+    quota_set(project=projects["vision-lab"], actor=ada, max_gpus=1)
+    warn(host)
+    client.force_login(alice)
+    said = "No replacement: Quota exceeded"
+    rows = client.get("/hosts/rows/").content.decode()
+    assert 'data-testid="spot-takeback">Interruption warned</span>' in rows
+    assert "(in 2\xa0minutes)" in rows and said in rows
+    panel = client.get(f"/hosts/{host.pk}/panel/").content.decode()
+    banner = panel.split('data-testid="spot-warning"')[1].split("</div>")[0]
+    assert said in banner and "starts at once" not in banner
+    assert 'status-warned" data-status="running">Interruption warned</span></h1>' in panel
+    api = api_as(alice).get(f"/api/v1/instances/{host.pk}/").json()["spot_recovery"]
+    assert (api["state"], api["label"]) == ("warned", "Interruption warned")
+    assert api["next"].startswith(said)
+    assert api["next"] in banner
+    assert api_as(alice).get("/api/v1/instances/").json()["results"][0]["spot_recovery"] == api
+
+    clock.shift(timedelta(seconds=121))  # the cloud takes it; the quota now admits the new one
+    services.reconcile()
+    new = Instance.objects.get(replaces=host)
+    refused = Notice.objects.get(user=alice, link=f"/hosts/{host.pk}/", subject__contains="Repl")
+    assert refused.subject.startswith("Replacement started for spot host")
+    assert refused.read_at is not None and f"/hosts/{new.pk}/" in refused.body
+    assert not Notice.objects.filter(user=alice, subject__startswith="No replacement").exists()
 
 
 def test_an_interruption_without_warning_starts_the_replacement_at_reconcile(spot_host, alice):

@@ -7,6 +7,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from instances import services
 from instances.models import Instance, InstanceEvent
 from instances.services import IllegalTransition, instance_transition
 
@@ -71,7 +72,24 @@ def test_the_lease_starts_when_the_host_first_runs(clock, host):
     put(host, S.PROVISIONING)
     started = timezone.now() - timedelta(minutes=3)
     row, _ = instance_transition(instance=host, to=S.RUNNING, reason="up", actor="x", at=started)
+    assert row.lease_started_at == started
     assert row.lease_expires_at == started + timedelta(hours=8)
+
+
+def test_a_lease_counts_from_first_running_however_late_after_launch(clock, alice, host):
+    launched = timezone.now()
+    Instance.objects.filter(pk=host.pk).update(launched_at=launched)
+    put(host, S.PROVISIONING)
+    ran = launched + timedelta(seconds=3)
+    instance_transition(instance=host, to=S.RUNNING, reason="up", actor="x", at=ran)
+    for hours in (40, 24):  # up to the portal's longest lease, 72 h
+        row = services.instance_extend_lease(instance=host, user=alice, hours=hours)
+    assert row.lease_expires_at == ran + timedelta(hours=72) == row.lease_end()
+    instance_transition(instance=host, to=S.STOPPING, reason="stop", actor="x")
+    instance_transition(instance=host, to=S.STOPPED, reason="stopped", actor="x")
+    instance_transition(instance=host, to=S.STARTING, reason="start", actor="x")
+    row, _ = instance_transition(instance=host, to=S.RUNNING, reason="again", actor="x")
+    assert (row.lease_started_at, row.lease_expires_at) == (ran, ran + timedelta(hours=72))
 
 
 def test_a_cloud_time_earlier_than_the_last_move_is_clamped(clock, host):

@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("instances", "0007_pool_blocked_markets"),
+        ("instances", "0010_simulatedhost_live_addresses"),
     ]
 
     operations = [

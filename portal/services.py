@@ -366,6 +366,20 @@ def notices_close(*, topic: str, reason: str, prefix: bool = False) -> int:
     return rows.update(closed_at=timezone.now(), closed_reason=reason[:200])
 
 
+@transaction.atomic
+def notice_dismiss(*, user: User, notice: Notice) -> Notice:
+    """Close one of my open notices by hand: I have read it and nothing is left to do."""
+    if notice.user_id != user.pk:
+        raise Forbidden("You can dismiss only your own notices.")
+    row = Notice.objects.select_for_update().get(pk=notice.pk)
+    if row.closed_at is None:
+        row.closed_at = timezone.now()
+        row.closed_reason = "Dismissed."
+        row.read_at = row.read_at or row.closed_at
+        row.save(update_fields=["closed_at", "closed_reason", "read_at"])
+    return row
+
+
 # --- API tokens ------------------------------------------------------------------------------
 
 TOKEN_PREFIX = "gpp_"  # noqa: S105 - a public marker, like GitHub's ghp_

@@ -17,7 +17,7 @@ from instances.api import (
 from instances.api.telemetry import InstanceMetricsView
 from portal import metrics_http
 from portal.api import ProjectViewSet, QuotaRequestViewSet, QuotaViewSet, TokenViewSet
-from portal.views import account, dashboard, health, idle, quota_requests, quotas
+from portal.views import account, dashboard, health, idle, notices, quota_requests, quotas
 
 
 class ApiDocsView(SpectacularSwaggerSplitView):
@@ -65,6 +65,8 @@ urlpatterns = [
     path("quotas/<slug:slug>/policy/", quotas.policy_save, name="policy-save"),
     path("projects/<slug:slug>/idle-policy/", idle.idle_policy_page, name="idle-policy"),
     path("account/tokens/", account.tokens_page, name="tokens"),
+    path("notices/", notices.notices_page, name="notices"),
+    path("notices/<int:pk>/dismiss/", notices.notice_dismiss_page, name="notice-dismiss"),
     path("", include("instances.urls")),  # catalog, ordering, hosts, approvals
     path("", include("audit.urls")),
     path("", include("billing.urls")),  # costs, budgets, reconciliation

@@ -23,6 +23,7 @@ from instances.models import Image
 from portal.services import (
     approval_policy_set,
     idle_policy_set,
+    notice_send,
     quota_request_open,
     quota_set,
     token_issue,
@@ -46,6 +47,9 @@ EXPECTED: dict[tuple[str, str], tuple[int, ...]] = {
     ("quota-request", "POST"): (302, 302, 404, 302, 403, 302),
     ("quota-request-answer", "POST"): (403, 403, 403, 302, 403, 302),
     ("tokens", "GET"): (200, 200, 200, 200, 200, 302),
+    # Everyone reads their own notices; alice's notice is only hers to dismiss.
+    ("notices", "GET"): (200, 200, 200, 200, 200, 302),
+    ("notice-dismiss", "POST"): (302, 404, 404, 404, 404, 302),
     ("tokens", "POST"): (302, 302, 302, 302, 302, 302),
     ("catalog", "GET"): (200, 200, 200, 200, 200, 302),
     ("order", "GET"): (200, 200, 200, 200, 403, 302),
@@ -203,6 +207,7 @@ PAGE_METHODS = {
     "policy-save": ["POST"],
     "quota-request": ["GET", "POST"],
     "quota-request-answer": ["POST"],
+    "notice-dismiss": ["POST"],
     "host-action": ["POST"],
     "hosts-bulk": ["POST"],
     "host-extend": ["POST"],
@@ -275,6 +280,7 @@ def world(catalog, alice, bob, carol, ada, fin, projects, running_host, place_or
     quota = quota_set(project=vision, actor=ada, max_gpus=100)
     token, _ = token_issue(user=alice, name="laptop")
     ask = quota_request_open(requester=alice, project=vision, gpus=4, reason="a bigger sweep")
+    notice = notice_send(user=alice, subject="for alice only")
     pool = services.pool_create(
         user=alice,
         project=vision,
@@ -296,6 +302,7 @@ def world(catalog, alice, bob, carol, ada, fin, projects, running_host, place_or
         "quota": quota,
         "token": token,
         "ask": ask,
+        "notice": notice,
         "event": ada_row,
         "pool": pool,
         "schedule": schedule,
@@ -309,6 +316,7 @@ def _request(world, name: str, method: str) -> tuple[str, dict]:
         "approval-decide": {"pk": pending.pk, "decision": "approve"},
         "quota-save": {"slug": "vision-lab"},
         "quota-request": {"slug": "vision-lab"},
+        "notice-dismiss": {"pk": world["notice"].pk},
         "quota-request-answer": {"pk": world["ask"].pk, "decision": "grant"},
         "quota-request-detail": {"pk": world["ask"].pk},
         "quota-request-decide": {"pk": world["ask"].pk},

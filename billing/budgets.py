@@ -262,9 +262,17 @@ def budget_headroom(request) -> list[Headroom]:
             left=f"{usd(max(left, 0))} of {usd(status.amount_rs)}",
             after=f"{usd(left - cost)} after this order" if cost <= left else "",
             over=blocks and cost > left,
-            note=""
-            if blocks or cost <= left
-            else f"this order ({usd(cost)}) goes over: finance is told, it is not refused",
+            # The dashboard's "% spent" counts spend only; this is the budget less spend and
+            # what the running hosts will cost (BudgetStatus.left_rs): say so where it shows.
+            note=(
+                f"{status.percent_spent}% spent ({usd(status.spent_rs)}); the running hosts "
+                f"will cost {usd(status.committed_rs)} more"
+            )
+            + (
+                ""
+                if blocks or cost <= left
+                else f"; this order ({usd(cost)}) goes over: finance is told, it is not refused"
+            ),
         )
     ]
 

@@ -28,8 +28,8 @@ from instances.models import Instance, Market
 from instances.services import instance_system_stop, pools_budget_stop
 from portal import permissions
 from portal.errors import Conflict, Forbidden
-from portal.models import Project, User
-from portal.services import limits_moved, notice_send
+from portal.models import Notice, Project, User
+from portal.services import limits_moved, notice_send, notices_close
 from portal.templatetags.portal_tags import usd as usd_filter
 
 # Hosts that cost money now or will as soon as the cloud starts them.
@@ -262,9 +262,17 @@ def budget_headroom(request) -> list[Headroom]:
             left=f"{usd(max(left, 0))} of {usd(status.amount_rs)}",
             after=f"{usd(left - cost)} after this order" if cost <= left else "",
             over=blocks and cost > left,
-            note=""
-            if blocks or cost <= left
-            else f"this order ({usd(cost)}) goes over: finance is told, it is not refused",
+            # The dashboard's "% spent" counts spend only; this is the budget less spend and
+            # what the running hosts will cost (BudgetStatus.left_rs): say so where it shows.
+            note=(
+                f"{status.percent_spent}% spent ({usd(status.spent_rs)}); the running hosts "
+                f"will cost {usd(status.committed_rs)} more"
+            )
+            + (
+                ""
+                if blocks or cost <= left
+                else f"; this order ({usd(cost)}) goes over: finance is told, it is not refused"
+            ),
         )
     ]
 
@@ -406,7 +414,30 @@ def _notify_crossing(status: BudgetStatus, basis: str, threshold: int) -> None:
         f"the month. At 100 % of the budget {POLICY_AT_100[budget.policy]}."
     )
     for user in permissions.budget_recipients(project):
-        notice_send(user=user, subject=subject, body=body, link=f"/budgets/#{project.slug}")
+        notice_send(
+            user=user,
+            subject=subject,
+            body=body,
+            link=f"/budgets/#{project.slug}",
+            topic=budget_topic(project, status.month),
+        )
+
+
+def budget_topic(project: Project, month: date) -> str:
+    """The topic of a project's budget notices for one month: they close when it ends."""
+    return f"budget:{project.pk}:{month:%Y-%m}"
+
+
+def budget_notices_close_ended(*, now: datetime) -> int:
+    """Close the budget notices of months that have ended: a November threshold says nothing
+    about December's spend."""
+    current = f":{month_of(now):%Y-%m}"
+    topics = set(
+        Notice.objects.filter(closed_at__isnull=True, topic__startswith="budget:")
+        .exclude(topic__endswith=current)
+        .values_list("topic", flat=True)
+    )
+    return sum(notices_close(topic=topic, reason="Its month has ended.") for topic in topics)
 
 
 def budgets_check(*, now: datetime | None = None) -> BudgetCheckReport:
@@ -414,6 +445,7 @@ def budgets_check(*, now: datetime | None = None) -> BudgetCheckReport:
     and apply the stop-hosts policy to projects whose spend has reached their budget."""
     now = now or timezone.now()
     report = BudgetCheckReport()
+    budget_notices_close_ended(now=now)
     budgets = list(Budget.objects.select_related("project").order_by("project__slug"))
     # Every project's month in a few queries, and the crossings already noted, in one.
     statuses = {s.project.pk: s for s in budget_statuses([b.project for b in budgets], now=now)}

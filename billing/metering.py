@@ -31,6 +31,7 @@ from billing.rules import (
     Run,
     Segment,
     recompute_from,
+    rule_for,
     runs_from_moves,
     runs_touching,
     segment_run,
@@ -411,3 +412,25 @@ def costs_so_far(instances: Iterable[Instance], *, now: datetime) -> dict:
                 )
         costs[instance.pk] = dollars(total, places=6)
     return costs
+
+
+def cost_notes(instances: Iterable[Instance], *, now: datetime) -> dict:
+    """The PORTAL_INSTANCE_COST_NOTES hook: for each host, the sentence of every billing rule
+    other than per-second billing that decides one of its runs (a spot host interrupted by the
+    cloud within its first hour costs nothing; a run is billed at least a minute), or "" where
+    each second is billed as it ran. Read beside the cost it changes."""
+    hosts = list(instances)
+    now = whole_second(now)
+    prefetch_related_objects(hosts, "events")
+    notes = {}
+    for instance in hosts:
+        runs = runs_from_moves(
+            Move(event.old_status, event.new_status, event.at) for event in instance.events.all()
+        )
+        said = []
+        for run in runs:
+            rule = rule_for(instance.market, run.ended, run.seconds(now))
+            if rule.key != "per_second" and rule.says not in said:
+                said.append(rule.says)
+        notes[instance.pk] = " ".join(said)
+    return notes

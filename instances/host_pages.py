@@ -24,7 +24,7 @@ from instances.models import ACTIONS, Instance, Order
 from instances.selectors import held_orders, hosts_named, latest_gpu_readings
 from instances.services.idle import idle_since
 from instances.services.leases import in_words
-from instances.usage import costs_so_far, rate_now, running_seconds
+from instances.usage import cost_notes, costs_so_far, rate_now, running_seconds
 from portal import permissions
 from portal.models import IdlePolicy
 from portal.pages import forbidden, service_errors
@@ -71,6 +71,7 @@ def _host_rows(request: HttpRequest) -> dict:
     managed = permissions.managed_project_ids(request.user)
     rows = list(_hosts_queryset(request)[:200])
     costs = costs_so_far(rows, now=now)  # the whole page at once, as metering bills it
+    notes = cost_notes(rows, now=now)
     readings = latest_gpu_readings([instance.pk for instance in rows], now=now)
     new = _new_order(request)
     groups: dict[uuid.UUID, dict] = {}
@@ -82,6 +83,7 @@ def _host_rows(request: HttpRequest) -> dict:
             "gpu": readings.get(instance.pk),
             "running_seconds": running_seconds(events, now),
             "cost": costs[instance.pk],
+            "cost_note": notes[instance.pk],
             "rate": rate_now(instance) if running else None,
             "ssh": instance.ssh_command,
             "can_act": permissions.can_act_on_host(request.user, instance, managed),
@@ -154,6 +156,10 @@ def _host_context(request: HttpRequest, instance: Instance) -> dict:
         "events": list(reversed(events)),
         "running_seconds": running_seconds(events, now),
         "cost": costs_so_far([instance], now=now)[instance.pk],
+        "cost_note": cost_notes([instance], now=now)[instance.pk],
+        # The price it runs at now, as My hosts' row says it (rate_now: the latest spot price
+        # for spot), not the price quoted when it was ordered.
+        "rate": rate_now(instance) if instance.status == Instance.Status.RUNNING else None,
         "ssh": instance.ssh_command,
         "can_act": permissions.can_act_on_host(request.user, instance),
         "can_keep_running": permissions.can_keep_running(request.user, instance),

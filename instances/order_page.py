@@ -19,7 +19,7 @@ from django.urls import reverse
 from instances import services
 from instances.limits import Preview, order_preview
 from instances.models import Image, InstanceType, InterruptionPolicy, Market, Order
-from instances.quotas import longest_lease
+from instances.quotas import holders_of, longest_lease, usage
 from portal import permissions
 from portal.errors import PortalError
 from portal.models import Project
@@ -239,7 +239,21 @@ def order_context(request: HttpRequest, instance_type: InstanceType, data) -> di
     if preview.refusal_code == "quota_lease":
         context["invalid"].append(words(None, PortalError("", code="quota_lease"))[1])
     context.update(preview=preview, **_priced(instance_type, market, count, lease))
+    if preview.refusal_code.startswith("quota"):
+        context.update(_quota_blocked(user, project, instance_type.gpu_count * count))
     return _bounded(context)
+
+
+def _quota_blocked(user, project: Project, asks_gpus: int) -> dict:
+    """Beside a quota refusal: who holds the quota now, and the way to ask for more (the
+    order's own GPUs, prefilled)."""
+    used = usage(project=project)
+    return {
+        "holders": holders_of([project.pk])[project.pk],
+        "holders_gpus": used.gpus,
+        "holders_hosts": used.instances,
+        "request_gpus": asks_gpus if permissions.can_request_quota(user, project) else 0,
+    }
 
 
 def _bounded(context: dict) -> dict:

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from instances.models import Instance, Order
 from instances.pool_reads import pools_overview
-from instances.quotas import usage_of
+from instances.quotas import holders_of, usage_of
 from instances.selectors import orders_to_decide
 from portal import permissions
 from portal.models import Project, Quota, User
@@ -42,7 +42,8 @@ def summary_panel(user: User, projects: list[Project]) -> Panel | None:
 
 
 def quota_panel(user: User, projects: list[Project]) -> Panel:
-    """On each project's card: what it holds, its quota bars, and the viewer's own limits."""
+    """On each project's card: what it holds and who holds it (by user, pool and order), its
+    quota bars, the viewer's own limits, and the way to ask for more."""
     ids = [project.pk for project in projects]
     quotas = {
         (quota.project_id, quota.user_id): quota
@@ -50,11 +51,18 @@ def quota_panel(user: User, projects: list[Project]) -> Panel:
     }
     keys = [(pk, None) for pk in ids] + [(pk, user.pk) for pk in ids if (pk, user.pk) in quotas]
     used = usage_of(keys)
+    holders = holders_of(ids)
+    # can_request_quota for every card in one query: it is can_order_in.
+    askable = set(permissions.orderable_projects(user).values_list("pk", flat=True))
     by_project = {}
-    for pk in ids:
+    for project in projects:
+        pk = project.pk
         mine = quotas.get((pk, user.pk))
         by_project[pk] = {
             "used": used[(pk, None)],
+            "holders": holders[pk],
+            "slug": project.slug,
+            "can_request": pk in askable,
             "bars": bars(quotas.get((pk, None)), used[(pk, None)]),
             "my_bars": bars(mine, used[(pk, user.pk)]) if mine is not None else [],
         }

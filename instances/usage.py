@@ -64,3 +64,9 @@ def rate_now(instance: Instance) -> Decimal:
     """What a host costs per hour while it runs, in dollars (billing's rule, through
     PORTAL_INSTANCE_RATE): the list price on-demand, the latest spot price for spot."""
     return _hook(settings.PORTAL_INSTANCE_RATE)(instance)
+
+
+def cost_notes(instances: Iterable[Instance], *, now: datetime) -> dict:
+    """For each host, the billing rule (in a sentence) that makes its cost differ from its
+    running seconds at its rate, or "" (billing's rules, through PORTAL_INSTANCE_COST_NOTES)."""
+    return _hook(settings.PORTAL_INSTANCE_COST_NOTES)(list(instances), now=now)

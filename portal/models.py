@@ -201,6 +201,48 @@ class QuotaChange(models.Model):
         return f"{self.quota} changed by {self.changed_by} at {self.changed_at:%Y-%m-%d %H:%M}"
 
 
+class QuotaRequestQuerySet(models.QuerySet):
+    def for_user(self, user) -> QuotaRequestQuerySet:
+        """Admins see every request; anyone else the requests they made."""
+        if not (user.is_authenticated and user.is_active):
+            return self.none()
+        if user.is_portal_admin:
+            return self.all()
+        return self.filter(requester=user)
+
+
+class QuotaRequest(models.Model):
+    """A member's ask for more of a project's quota, open until an admin grants or declines
+    it; granting raises the project's GPU limit by what was asked."""
+
+    class Status(models.TextChoices):
+        OPEN = "open", "Open"
+        GRANTED = "granted", "Granted"
+        DECLINED = "declined", "Declined"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="quota_requests")
+    requester = models.ForeignKey(
+        "portal.User", on_delete=models.CASCADE, related_name="quota_requests"
+    )
+    gpus = models.PositiveIntegerField(help_text="GPUs asked for on top of the current limit")
+    reason = models.TextField()
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
+    created_at = models.DateTimeField(auto_now_add=True)
+    decided_by = models.ForeignKey(
+        "portal.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    answer = models.CharField(max_length=500, blank=True)
+
+    objects = QuotaRequestQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.requester} asks {self.gpus} GPUs more in {self.project} ({self.status})"
+
+
 class ApprovalPolicy(models.Model):
     """Which orders of a project need a human yes from an admin or a project manager."""
 
@@ -271,21 +313,37 @@ class Notice(models.Model):
     action_url = models.CharField(max_length=300, blank=True)
     # When the button stops making sense (an idle warning's stop time); none: it always does.
     action_until = models.DateTimeField(null=True, blank=True)
+    # What the notice is about, e.g. "order:<id>:decide" or "budget:<project>:<month>": when
+    # the world answers it (the order is decided, the month ends), notices_close(topic=...)
+    # closes every notice of that topic. Empty: only its reader closes it (dismiss).
+    topic = models.CharField(max_length=120, blank=True, db_index=True)
     created_at = models.DateTimeField(auto_now_add=True)
     read_at = models.DateTimeField(null=True, blank=True)
+    closed_at = models.DateTimeField(null=True, blank=True)
+    closed_reason = models.CharField(max_length=200, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        indexes = [models.Index(fields=["user", "read_at"])]
+        indexes = [
+            models.Index(fields=["user", "read_at"]),
+            models.Index(fields=["user", "closed_at"]),
+        ]
 
     def __str__(self) -> str:
         return f"{self.user}: {self.subject}"
 
     @property
+    def is_open(self) -> bool:
+        return self.closed_at is None
+
+    @property
     def action_open(self) -> bool:
-        """Whether the notice shows its button: it has one and its moment has not passed."""
-        return bool(self.action_url) and (
-            self.action_until is None or timezone.now() < self.action_until
+        """Whether the notice shows its button: it is open, has one and its moment has not
+        passed."""
+        return (
+            self.closed_at is None
+            and bool(self.action_url)
+            and (self.action_until is None or timezone.now() < self.action_until)
         )
 
 

@@ -162,6 +162,16 @@ def can_set_quotas(user) -> bool:
     return is_admin(user)
 
 
+def can_request_quota(user, project) -> bool:
+    """Whoever may order in a project may ask the admins for more of its quota."""
+    return can_order_in(user, project)
+
+
+def quota_admins() -> QuerySet:
+    """The people a request for more quota lands with: the active admins."""
+    return User.objects.filter(Q(role=User.Role.ADMIN) | Q(is_superuser=True), is_active=True)
+
+
 def can_act_on_host(user, host, managed: set[int] | None = None) -> bool:
     """Owners act on their hosts, project managers on their project's, admins on all; finance
     reads only. Pass ``managed`` (managed_project_ids) when checking many hosts."""

@@ -14,7 +14,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from portal import permissions
-from portal.errors import Forbidden
+from portal.errors import Conflict, Forbidden
 from portal.models import (
     ApiToken,
     ApprovalPolicy,
@@ -24,6 +24,7 @@ from portal.models import (
     Project,
     Quota,
     QuotaChange,
+    QuotaRequest,
     User,
 )
 
@@ -146,6 +147,83 @@ def quota_set(*, project: Project, actor: User, user: User | None = None, **valu
     return quota
 
 
+QUOTA_REQUEST_MOST_GPUS = 1024
+
+
+@transaction.atomic
+def quota_request_open(
+    *, requester: User, project: Project, gpus: int, reason: str
+) -> QuotaRequest:
+    """Ask the admins for ``gpus`` more GPUs in ``project``: a row on their Quotas page and a
+    notice to each of them."""
+    if not permissions.can_request_quota(requester, project):
+        raise Forbidden(f"Only members of {project.slug} ask for more of its quota.")
+    reason = (reason or "").strip()
+    problems = {}
+    whole = isinstance(gpus, int) and not isinstance(gpus, bool)
+    if not whole or not 1 <= gpus <= QUOTA_REQUEST_MOST_GPUS:
+        problems["gpus"] = f"Ask for 1 to {QUOTA_REQUEST_MOST_GPUS} more GPUs, as a whole number."
+    if not reason:
+        problems["reason"] = "Say what the GPUs are for, so the admins can decide."
+    elif len(reason) > 2000:
+        problems["reason"] = "Keep the reason under 2,000 characters."
+    if problems:
+        raise ValidationError(problems, code="invalid")
+    ask = QuotaRequest.objects.create(
+        project=project, requester=requester, gpus=gpus, reason=reason
+    )
+    for admin in permissions.quota_admins():
+        notice_send(
+            user=admin,
+            subject=f"{requester.username} asks for {gpus} more GPUs in {project.slug}",
+            body=reason,
+            link=f"/quotas/#q-{project.slug}",
+            topic=quota_request_topic(ask),
+        )
+    return ask
+
+
+def quota_request_topic(ask: QuotaRequest) -> str:
+    return f"quota-request:{ask.pk}"
+
+
+@transaction.atomic
+def quota_request_decide(
+    *, quota_request: QuotaRequest, actor: User, grant: bool, answer: str = ""
+) -> QuotaRequest:
+    """Grant (raise the project's GPU limit by what was asked, through quota_set, so the
+    change is in the quota's history) or decline an open request; the requester gets a
+    notice and the admins' notices of it close."""
+    if not permissions.can_set_quotas(actor):
+        raise Forbidden("Only admins decide requests for more quota.")
+    ask = QuotaRequest.objects.select_for_update().get(pk=quota_request.pk)
+    if ask.status != QuotaRequest.Status.OPEN:
+        raise Conflict(
+            f"This request was already {ask.get_status_display().lower()}.", code="decided"
+        )
+    answer = (answer or "").strip()[:500]
+    project = ask.project
+    if grant:
+        quota = Quota.objects.filter(project=project, user=None).first()
+        if quota is not None and quota.max_gpus is not None:
+            quota_set(project=project, actor=actor, max_gpus=quota.max_gpus + ask.gpus)
+            answer = answer or f"GPU limit raised to {quota.max_gpus + ask.gpus}."
+        else:
+            answer = answer or "The project has no GPU limit to raise."
+    ask.status = QuotaRequest.Status.GRANTED if grant else QuotaRequest.Status.DECLINED
+    ask.decided_by, ask.decided_at, ask.answer = actor, timezone.now(), answer
+    ask.save(update_fields=["status", "decided_by", "decided_at", "answer"])
+    verb = "granted" if grant else "declined"
+    notice_send(
+        user=ask.requester,
+        subject=f"Your request for {ask.gpus} more GPUs in {project.slug} was {verb}",
+        body=answer,
+        link="/dashboard/",
+    )
+    notices_close(topic=quota_request_topic(ask), reason=f"Request {verb} by {actor.username}.")
+    return ask
+
+
 def _quota_validate(quota: Quota) -> None:
     errors = {}
     if not isinstance(quota.max_gpus_by_model, dict) or not all(
@@ -240,10 +318,13 @@ def notice_send(
     link: str = "",
     action: tuple[str, str] | None = None,
     action_until: datetime | None = None,
+    topic: str = "",
 ) -> Notice:
     """A notice in the portal, and an email once the transaction commits. ``action`` is a
     (label, URL) button on the notice: the URL is a portal page answering a POST; it is shown
-    until ``action_until`` (when given), after which pressing it could only be refused."""
+    until ``action_until`` (when given), after which pressing it could only be refused.
+    ``topic`` names what the notice is about, so that ``notices_close`` closes it once the
+    world has answered it."""
     label, url = action or ("", "")
     notice = Notice.objects.create(
         user=user,
@@ -253,6 +334,7 @@ def notice_send(
         action_label=label,
         action_url=url,
         action_until=action_until if action else None,
+        topic=topic[:120],
     )
     if user.email:
         transaction.on_commit(
@@ -272,6 +354,30 @@ def notices_mark_read(*, user: User, notice_ids: list[int] | None = None) -> int
     if notice_ids is not None:
         rows = rows.filter(pk__in=notice_ids)
     return rows.update(read_at=timezone.now())
+
+
+def notices_close(*, topic: str, reason: str, prefix: bool = False) -> int:
+    """Close every open notice of ``topic`` (every topic starting with it, with ``prefix``):
+    what it asked about has been answered. Closing twice is a no-op."""
+    if not topic:
+        return 0
+    rows = Notice.objects.filter(closed_at__isnull=True)
+    rows = rows.filter(topic__startswith=topic) if prefix else rows.filter(topic=topic)
+    return rows.update(closed_at=timezone.now(), closed_reason=reason[:200])
+
+
+@transaction.atomic
+def notice_dismiss(*, user: User, notice: Notice) -> Notice:
+    """Close one of my open notices by hand: I have read it and nothing is left to do."""
+    if notice.user_id != user.pk:
+        raise Forbidden("You can dismiss only your own notices.")
+    row = Notice.objects.select_for_update().get(pk=notice.pk)
+    if row.closed_at is None:
+        row.closed_at = timezone.now()
+        row.closed_reason = "Dismissed."
+        row.read_at = row.read_at or row.closed_at
+        row.save(update_fields=["closed_at", "closed_reason", "read_at"])
+    return row
 
 
 # --- API tokens ------------------------------------------------------------------------------

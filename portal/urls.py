@@ -16,8 +16,8 @@ from instances.api import (
 )
 from instances.api.telemetry import InstanceMetricsView
 from portal import metrics_http
-from portal.api import ProjectViewSet, QuotaViewSet, TokenViewSet
-from portal.views import account, dashboard, health, idle, quotas
+from portal.api import ProjectViewSet, QuotaRequestViewSet, QuotaViewSet, TokenViewSet
+from portal.views import account, dashboard, health, idle, notices, quota_requests, quotas
 
 
 class ApiDocsView(SpectacularSwaggerSplitView):
@@ -42,6 +42,7 @@ router.register("orders", OrderViewSet, basename="order")
 router.register("instances", InstanceViewSet, basename="instance")
 router.register("pools", PoolViewSet, basename="pool")
 router.register("quotas", QuotaViewSet, basename="quota")
+router.register("quota-requests", QuotaRequestViewSet, basename="quota-request")
 router.register("auth/tokens", TokenViewSet, basename="token")
 router.register("costs", CostViewSet, basename="cost")
 router.register("budgets", BudgetViewSet, basename="budget")
@@ -54,10 +55,18 @@ urlpatterns = [
     path("metrics", metrics_http.metrics, name="metrics"),
     path("dashboard/", dashboard.dashboard, name="dashboard"),
     path("quotas/", quotas.quotas_page, name="quotas"),
+    path(
+        "quotas/requests/<int:pk>/<str:decision>/",
+        quota_requests.quota_request_decide_page,
+        name="quota-request-answer",
+    ),
     path("quotas/<slug:slug>/", quotas.quota_save, name="quota-save"),
+    path("quotas/<slug:slug>/request/", quota_requests.quota_request_page, name="quota-request"),
     path("quotas/<slug:slug>/policy/", quotas.policy_save, name="policy-save"),
     path("projects/<slug:slug>/idle-policy/", idle.idle_policy_page, name="idle-policy"),
     path("account/tokens/", account.tokens_page, name="tokens"),
+    path("notices/", notices.notices_page, name="notices"),
+    path("notices/<int:pk>/dismiss/", notices.notice_dismiss_page, name="notice-dismiss"),
     path("", include("instances.urls")),  # catalog, ordering, hosts, approvals
     path("", include("audit.urls")),
     path("", include("billing.urls")),  # costs, budgets, reconciliation

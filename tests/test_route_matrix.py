@@ -20,7 +20,14 @@ from django.urls import URLResolver, get_resolver, reverse
 from audit.models import AuditEvent
 from instances import services
 from instances.models import Image
-from portal.services import approval_policy_set, idle_policy_set, quota_set, token_issue
+from portal.services import (
+    approval_policy_set,
+    idle_policy_set,
+    notice_send,
+    quota_request_open,
+    quota_set,
+    token_issue,
+)
 from tests.conftest import ED25519, PASSWORD
 
 PERSONAS = ("alice", "bob", "carol", "ada", "fin", "anonymous")
@@ -35,7 +42,14 @@ EXPECTED: dict[tuple[str, str], tuple[int, ...]] = {
     ("quotas", "GET"): (403, 403, 403, 200, 403, 302),
     ("quota-save", "POST"): (403, 403, 403, 302, 403, 302),
     ("policy-save", "POST"): (403, 403, 404, 302, 403, 302),
+    # Members of vision-lab (and admins) ask for more of its quota; only admins answer.
+    ("quota-request", "GET"): (200, 200, 404, 200, 403, 302),
+    ("quota-request", "POST"): (302, 302, 404, 302, 403, 302),
+    ("quota-request-answer", "POST"): (403, 403, 403, 302, 403, 302),
     ("tokens", "GET"): (200, 200, 200, 200, 200, 302),
+    # Everyone reads their own notices; alice's notice is only hers to dismiss.
+    ("notices", "GET"): (200, 200, 200, 200, 200, 302),
+    ("notice-dismiss", "POST"): (302, 404, 404, 404, 404, 302),
     ("tokens", "POST"): (302, 302, 302, 302, 302, 302),
     ("catalog", "GET"): (200, 200, 200, 200, 200, 302),
     ("order", "GET"): (200, 200, 200, 200, 403, 302),
@@ -120,6 +134,10 @@ EXPECTED: dict[tuple[str, str], tuple[int, ...]] = {
     ("quota-detail", "PUT"): (403, 403, 404, 200, 403, 401),
     ("quota-detail", "PATCH"): (403, 403, 404, 200, 403, 401),
     ("quota-detail", "DELETE"): (403, 403, 404, 204, 403, 401),
+    ("quota-request-list", "GET"): (200, 200, 200, 200, 200, 401),
+    ("quota-request-list", "POST"): (201, 201, 400, 201, 403, 401),
+    ("quota-request-detail", "GET"): (200, 404, 404, 200, 404, 401),
+    ("quota-request-decide", "POST"): (403, 404, 404, 200, 404, 401),
     ("cost-list", "GET"): (200, 200, 200, 200, 200, 401),
     ("budget-list", "GET"): (200, 200, 200, 200, 200, 401),
     ("budget-detail", "GET"): (200, 200, 404, 200, 200, 401),
@@ -187,6 +205,9 @@ PAGE_METHODS = {
     "approval-decide": ["POST"],
     "quota-save": ["POST"],
     "policy-save": ["POST"],
+    "quota-request": ["GET", "POST"],
+    "quota-request-answer": ["POST"],
+    "notice-dismiss": ["POST"],
     "host-action": ["POST"],
     "hosts-bulk": ["POST"],
     "host-extend": ["POST"],
@@ -258,6 +279,8 @@ def world(catalog, alice, bob, carol, ada, fin, projects, running_host, place_or
     pending = place_order(alice, count=3)
     quota = quota_set(project=vision, actor=ada, max_gpus=100)
     token, _ = token_issue(user=alice, name="laptop")
+    ask = quota_request_open(requester=alice, project=vision, gpus=4, reason="a bigger sweep")
+    notice = notice_send(user=alice, subject="for alice only")
     pool = services.pool_create(
         user=alice,
         project=vision,
@@ -278,6 +301,8 @@ def world(catalog, alice, bob, carol, ada, fin, projects, running_host, place_or
         "pending": pending,
         "quota": quota,
         "token": token,
+        "ask": ask,
+        "notice": notice,
         "event": ada_row,
         "pool": pool,
         "schedule": schedule,
@@ -290,6 +315,11 @@ def _request(world, name: str, method: str) -> tuple[str, dict]:
     kwargs = {
         "approval-decide": {"pk": pending.pk, "decision": "approve"},
         "quota-save": {"slug": "vision-lab"},
+        "quota-request": {"slug": "vision-lab"},
+        "notice-dismiss": {"pk": world["notice"].pk},
+        "quota-request-answer": {"pk": world["ask"].pk, "decision": "grant"},
+        "quota-request-detail": {"pk": world["ask"].pk},
+        "quota-request-decide": {"pk": world["ask"].pk},
         "policy-save": {"slug": "vision-lab"},
         "order": {"name": "g5.xlarge"},
         "order-estimate-panel": {"name": "g5.xlarge"},
@@ -373,6 +403,9 @@ def _request(world, name: str, method: str) -> tuple[str, dict]:
         ("quota-list", "POST"): {"project": "nlp-lab", "max_gpus": 4},
         ("quota-detail", "PUT"): {"project": "vision-lab", "max_gpus": 50},
         ("quota-detail", "PATCH"): {"max_gpus": 60},
+        ("quota-request", "POST"): {"gpus": "4", "reason": "a bigger sweep"},
+        ("quota-request-list", "POST"): {"project": "vision-lab", "gpus": 4, "reason": "sweep"},
+        ("quota-request-decide", "POST"): {"decision": "grant"},
         ("token-list", "POST"): {"username": "alice", "password": PASSWORD, "name": "m"},
         ("tokens", "POST"): {"name": "matrix"},
         ("budgets", "POST"): {"project": "vision-lab", "vision-lab-monthly_amount": "5000"},

@@ -56,7 +56,7 @@ from instances.services.pool_plan import (
 from instances.services.pool_schedules import schedules_fire
 from instances.services.pools import hosts_end, pool_event
 from instances.services.queue import enqueue
-from portal.services import notice_send
+from portal.services import notice_send, notices_close
 
 ACTOR = "system:autoscaler"
 S = Instance.Status
@@ -366,6 +366,7 @@ def _launch(pool: Pool, hosts, wanted, now: datetime, events, report, waiting: s
             return  # the other market still waits out its refusal
         if pool.refusal_streak:
             _event(events, pool, K.LAUNCHED, "the limit that held the pool moved", now=now)
+            notices_close(topic=_held_topic(pool), reason="The limit moved; the pool grows.")
         pool.refusal_streak, pool.refusal_reason, pool.blocked_until = 0, "", None
         pool.blocked_markets = []
         return
@@ -385,6 +386,7 @@ def _launch(pool: Pool, hosts, wanted, now: datetime, events, report, waiting: s
             subject=f"Pool {pool.name} in {pool.project.slug} cannot grow",
             body=f"{sentence} The pool retries with backoff and grows when the limit moves.",
             link=f"/pools/{pool.pk}/",
+            topic=_held_topic(pool),
         )
     wait = min(
         settings.PORTAL_POOL_BACKOFF_SECONDS * 2 ** min(pool.refusal_streak, 16),
@@ -462,3 +464,8 @@ def _sample(pool: Pool, hosts: list[Host], quotas: dict, now: datetime) -> PoolS
         pending=sum(1 for h in hosts if h.pending),
         quota_hosts=quotas.get(pool.pk),
     )
+
+
+def _held_topic(pool) -> str:
+    """The topic of a pool's "cannot grow" notice: it closes when the limit moves."""
+    return f"pool:{pool.pk}:held"

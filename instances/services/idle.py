@@ -21,11 +21,11 @@ from django.utils import timezone
 
 from instances.models import GpuReading, Instance
 from instances.services.leases import in_words, instance_system_stop
-from instances.services.transitions import actor_of, instance_note
+from instances.services.transitions import actor_of, host_topic, instance_note
 from portal import permissions
 from portal.errors import Conflict, Forbidden
 from portal.models import IdlePolicy, User
-from portal.services import notice_send
+from portal.services import notice_send, notices_close
 
 log = logging.getLogger(__name__)
 
@@ -182,12 +182,11 @@ def _warn(instance_id, policy: IdlePolicy, now: datetime) -> bool:
             user=instance.owner,
             subject=f"Idle host {instance.instance_type.name} will be {verb.split(' ')[0]} at "
             f"{_hhmm(stop_at)}",
-            body=f"{text} Press Keep running on the host's page (or POST "
-            f"/api/v1/instances/{instance.pk}/keep-running/) to keep it for another "
-            f"{policy.snooze_hours} h.",
+            body=f"{text} Press Keep running to keep it for another {policy.snooze_hours} h.",
             link=link,
             action=("Keep running", reverse("host-keep-running", args=[instance.pk])),
             action_until=stop_at,
+            topic=host_topic(instance, "idle"),
         )
     return True
 
@@ -252,4 +251,5 @@ def instance_keep_running(
             f"({policy.snooze_hours} h), asked by {user.username}.",
             actor=actor_of(user),
         )
+        notices_close(topic=host_topic(row, "idle"), reason=f"Kept running by {user.username}.")
     return row

@@ -22,13 +22,14 @@ from instances.services.queue import enqueue
 from instances.services.transitions import (
     IllegalTransition,
     actor_of,
+    host_topic,
     instance_note,
     instance_transition,
 )
 from portal import permissions
 from portal.errors import Conflict, Forbidden
 from portal.models import Project, User
-from portal.services import notice_send
+from portal.services import notice_send, notices_close
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +133,10 @@ def instance_extend_lease(*, instance: Instance, user: User, hours: int) -> Inst
             f"{_when(row.lease_expires_at)} (was {_when(was)}), {total} h from when it first ran",
             actor=actor_of(user),
         )
+        notices_close(
+            topic=host_topic(row, "lease"),
+            reason=f"Lease extended by {user.username} to {_when(row.lease_expires_at)}.",
+        )
     return row
 
 
@@ -200,6 +205,7 @@ def _warn(host: Instance, left: timedelta) -> None:
         f"when its {host.lease_hours_total} h lease ends. {extend}copy off any work you want "
         "to keep before then.",
         link=f"/hosts/{host.pk}/",
+        topic=host_topic(host, "lease"),
     )
     instance_note(
         instance=host,
@@ -220,6 +226,7 @@ def _warn_pool_host(host: Instance, left: timedelta, name: str) -> None:
         f"replacement up to {lead} before and ends this host once the replacement runs; copy "
         "off any work you want to keep before then.",
         link=f"/hosts/{host.pk}/",
+        topic=host_topic(host, "lease"),
     )
     instance_note(
         instance=host,

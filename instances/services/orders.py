@@ -30,7 +30,7 @@ from instances.models import (
     OrderEvent,
 )
 from instances.services.queue import enqueue
-from instances.services.transitions import actor_of
+from instances.services.transitions import actor_of, order_decide_topic
 from instances.sshkeys import validate_public_key
 from portal import permissions
 from portal.errors import Conflict, Forbidden
@@ -445,6 +445,7 @@ def approvers_ask(order: Order) -> None:
                 f"{order.count}× {order.instance_type.name} for {order.project.slug}",
                 body=f"{order.approval_reason}. Estimated {usd(order.price_per_hour, RATE)}/h.",
                 link="/approvals/",
+                topic=order_decide_topic(order),
             )
 
 

@@ -32,7 +32,7 @@ from instances.services.cloud import (
     launch_order_key,
 )
 from instances.services.queue import enqueue
-from instances.services.transitions import audit_change, instance_note
+from instances.services.transitions import audit_change, host_topic, instance_note
 from portal.models import User
 from portal.services import notice_send
 
@@ -77,7 +77,13 @@ def _give_up(instance: Instance, *, limit: int, actor: str) -> None:
     )
     admins = User.objects.filter(role=User.Role.ADMIN, is_active=True)
     for user in {u.pk: u for u in [*admins, instance.owner]}.values():
-        notice_send(user=user, subject=subject, body=body, link=f"/hosts/{instance.pk}/")
+        notice_send(
+            user=user,
+            subject=subject,
+            body=body,
+            link=f"/hosts/{instance.pk}/",
+            topic=host_topic(instance, "stuck"),
+        )
 
 
 def reconcile(*, provider: Provider | None = None, now: datetime | None = None) -> ReconcileReport:

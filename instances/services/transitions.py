@@ -21,6 +21,7 @@ from instances.models import (
 from instances.selectors import instance_load
 from portal.errors import Conflict
 from portal.models import User
+from portal.services import notices_close
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,33 @@ def order_transition(*, order: Order, to: str, reason: str, actor: str) -> tuple
             order=row, old_status=old, new_status=to, reason=reason[:500], actor=actor
         )
         audit_change(actor, action=f"{old}->{to}", object_ref=f"order:{row.pk}", reason=reason)
+        if old == Order.Status.PENDING_APPROVAL:
+            # Decided, withdrawn or expired: the approvers' "Approval needed" is answered.
+            notices_close(topic=order_decide_topic(row), reason=f"The order is {to}.")
     return row, True
+
+
+def order_decide_topic(order: Order) -> str:
+    """The topic of the notices asking approvers to decide ``order``."""
+    return f"order:{order.pk}:decide"
+
+
+def host_topic(instance: Instance, kind: str) -> str:
+    """The topic of a host's notices of one ``kind`` (idle, lease, stuck): all of them close
+    when the host stops or ends (HOST_NOTICES_CLOSE_AT)."""
+    return f"host:{instance.pk}:{kind}"
+
+
+# A host in one of these has answered its idle, lease and stuck notices: nothing is left to
+# keep running, extend or retry.
+HOST_NOTICES_CLOSE_AT = frozenset(
+    {
+        Instance.Status.STOPPED,
+        Instance.Status.TERMINATED,
+        Instance.Status.FAILED,
+        Instance.Status.INTERRUPTED,
+    }
+)
 
 
 def order_decided(*, order: Order, to: str, user: User, reason: str, said: str) -> Order:
@@ -112,6 +139,12 @@ def instance_transition(
                 revoked_at=at
             )
         audit_change(actor, action=f"{old}->{to}", object_ref=f"instance:{row.pk}", reason=reason)
+        if to in HOST_NOTICES_CLOSE_AT:
+            notices_close(
+                topic=f"host:{row.pk}:",
+                prefix=True,
+                reason=f"The host is {Instance.Status(to).label.lower()}.",
+            )
         if to == Instance.Status.RUNNING and old in (
             Instance.Status.REQUESTED,
             Instance.Status.PROVISIONING,

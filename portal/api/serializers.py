@@ -7,7 +7,8 @@ from django.core.validators import MaxValueValidator
 from django.utils import timezone
 from rest_framework import serializers
 
-from portal.models import ApiToken, Membership, Project, Quota, QuotaChange, User
+from portal import permissions
+from portal.models import ApiToken, Membership, Project, Quota, QuotaChange, QuotaRequest, User
 from portal.quotas import Usage, quota_values_problems, usage_of
 from portal.rest import LookupField
 
@@ -169,3 +170,51 @@ class TokenIssuedSerializer(TokenSerializer):
     class Meta(TokenSerializer.Meta):
         fields = [*TokenSerializer.Meta.fields, "token"]
         read_only_fields = fields
+
+
+class QuotaIncreaseSerializer(serializers.ModelSerializer):
+    """A request for more of a project's quota; POST ``project``, ``gpus`` and ``reason``."""
+
+    project = LookupField(
+        slug_field="slug",
+        queryset=Project.objects.all(),
+        error_messages={"does_not_exist": "{value} is not a project; see /api/v1/projects/."},
+    )
+    requester = serializers.CharField(source="requester.username", read_only=True)
+    decided_by = serializers.CharField(source="decided_by.username", default=None, read_only=True)
+    gpus = serializers.IntegerField()
+    reason = serializers.CharField(max_length=2000, trim_whitespace=True)
+
+    class Meta:
+        model = QuotaRequest
+        fields = [
+            "id",
+            "project",
+            "requester",
+            "gpus",
+            "reason",
+            "status",
+            "created_at",
+            "decided_by",
+            "decided_at",
+            "answer",
+        ]
+        read_only_fields = ["status", "created_at", "decided_at", "answer"]
+
+    def validate_project(self, project: Project) -> Project:
+        # The answer for a project the caller cannot see is the one for a project that does
+        # not exist: project names are not for strangers to discover.
+        request = self.context.get("request")
+        if request is None or not permissions.can_see_project(request.user, project):
+            raise serializers.ValidationError(
+                f"You are not a member of a project called {project.slug}.", code="does_not_exist"
+            )
+        return project
+
+
+class QuotaIncreaseDecisionSerializer(serializers.Serializer):
+    """An admin's answer to a request: ``grant`` (raises the GPU limit by what was asked) or
+    ``decline``, with an optional sentence."""
+
+    decision = serializers.ChoiceField(choices=["grant", "decline"])
+    answer = serializers.CharField(max_length=500, required=False, allow_blank=True)

@@ -11,6 +11,7 @@ from django.contrib.auth import authenticate
 from django.db.models import Q
 from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions, mixins, status, viewsets
+from rest_framework.decorators import action
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle
@@ -21,14 +22,23 @@ from portal.api.filters import ProjectFilter
 from portal.api.idle import IdlePolicyActions
 from portal.api.serializers import (
     ProjectSerializer,
+    QuotaIncreaseDecisionSerializer,
+    QuotaIncreaseSerializer,
     QuotaSerializer,
     TokenCreateSerializer,
     TokenIssuedSerializer,
     TokenSerializer,
 )
 from portal.errors import Forbidden
-from portal.models import ApiToken, Quota
-from portal.services import quota_delete, quota_set, token_issue, token_revoke
+from portal.models import ApiToken, Quota, QuotaRequest
+from portal.services import (
+    quota_delete,
+    quota_request_decide,
+    quota_request_open,
+    quota_set,
+    token_issue,
+    token_revoke,
+)
 
 
 class ProjectViewSet(IdlePolicyActions, viewsets.ReadOnlyModelViewSet):
@@ -95,6 +105,53 @@ class QuotaViewSet(viewsets.ModelViewSet):
         self._require_admin()
         quota_delete(quota=quota, actor=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class QuotaRequestViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Requests for more quota: members POST one for their project; admins see them all and
+    ``POST {id}/decide/`` with ``grant`` (the GPU limit rises by what was asked) or
+    ``decline``. Others see the requests they made."""
+
+    serializer_class = QuotaIncreaseSerializer
+    queryset = QuotaRequest.objects.none()  # for the schema; requests use get_queryset()
+    filterset_fields = {"project__slug": ["exact"], "status": ["exact"]}
+
+    def get_queryset(self):
+        return QuotaRequest.objects.for_user(self.request.user).select_related(
+            "project", "requester", "decided_by"
+        )
+
+    def create(self, request, *args, **kwargs):
+        incoming = QuotaIncreaseSerializer(data=request.data, context=self.get_serializer_context())
+        incoming.is_valid(raise_exception=True)
+        data = incoming.validated_data
+        ask = quota_request_open(
+            requester=request.user,
+            project=data["project"],
+            gpus=data["gpus"],
+            reason=data["reason"],
+        )
+        audit_set_object(request, f"quota-request:{ask.pk}")
+        return Response(QuotaIncreaseSerializer(ask).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=QuotaIncreaseDecisionSerializer, responses=QuotaIncreaseSerializer)
+    @action(detail=True, methods=["post"])
+    def decide(self, request, pk=None):
+        ask = self.get_object()
+        incoming = QuotaIncreaseDecisionSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        ask = quota_request_decide(
+            quota_request=ask,
+            actor=request.user,
+            grant=incoming.validated_data["decision"] == "grant",
+            answer=incoming.validated_data.get("answer", ""),
+        )
+        return Response(QuotaIncreaseSerializer(ask).data)
 
 
 class TokenViewSet(

@@ -56,4 +56,7 @@ PORTAL_INSTANCE_COST = "billing.metering.costs_so_far"
 # What a host costs per hour now (My hosts' running total): billing's rule, the one budgets
 # commit with. callable(instance) -> Decimal dollars per hour.
 PORTAL_INSTANCE_RATE = "billing.budgets.host_rate_per_hour"
+# Why a host's cost is not its seconds times its rate, in a sentence (the free interrupted spot
+# hour, the minute minimum): billing's rules. callable(instances, *, now) -> {pk: str}.
+PORTAL_INSTANCE_COST_NOTES = "billing.metering.cost_notes"
 # --- end of billing settings -----------------------------------------------------------------

@@ -40,7 +40,9 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "head": [panel for panel in panels if panel.place == "head"],
         "lead": [panel for panel in panels if panel.place == "lead"],
         "aside": [panel for panel in panels if panel.place == "aside"],
-        "notices": list(Notice.objects.filter(user=user)[:8]),
+        # Open ones only: a notice the world has answered, or its reader dismissed, is on the
+        # notices page.
+        "notices": list(Notice.objects.filter(user=user, closed_at__isnull=True)[:8]),
     }
     response = render(request, "portal/dashboard.html", context)
     # Shown once as new (highlighted above); from now on they are read.

@@ -13,7 +13,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from portal import permissions
-from portal.models import ApprovalPolicy, Project, Quota, QuotaChange
+from portal.models import ApprovalPolicy, Project, Quota, QuotaChange, QuotaRequest
 from portal.pages import forbidden, form_errors, service_errors
 from portal.quota_rows import (
     QuotaChoices,
@@ -144,6 +144,11 @@ def quotas_page(
     }
     policies = {p.project_id: p for p in ApprovalPolicy.objects.filter(project_id__in=ids)}
     used = usage_of((pk, None) for pk in ids)
+    asks: dict[int, list[QuotaRequest]] = {}
+    for ask in QuotaRequest.objects.filter(
+        project_id__in=ids, status=QuotaRequest.Status.OPEN
+    ).select_related("requester"):
+        asks.setdefault(ask.project_id, []).append(ask)
     by_card, rest = _card_messages(request)
     rows = []
     for project in projects:
@@ -165,6 +170,7 @@ def quotas_page(
                 "messages": by_card.get(project.slug, []),
                 "bars": bars(quota, used[(project.pk, None)]),
                 "quota": quota,
+                "requests": asks.get(project.pk, []),
                 "changes": [
                     {"change": change, "diff": change_in_words(change)}
                     for change in (quota.recent_changes if quota else [])

@@ -50,13 +50,26 @@ def test_quota_refusal_then_an_approved_order_provisions(
     expect(card.locator('[data-quota="GPUs"]')).to_contain_text("0 / 8")
 
     researcher = as_user("alice")
-    order(researcher, "p4d.24xlarge", 2)
-    # Said at the Hosts field, which the page focuses.
-    expect(researcher.locator("#id_count")).to_be_focused()
-    expect(researcher.locator("#id_count-error")).to_contain_text(
-        "Quota exceeded: vision-lab may run 8 GPUs; 0 are in use and this order asks for 16."
-    )
+    researcher.goto("/catalog/p4d.24xlarge/order/")
+    researcher.fill("#id_count", "2")
+    # Said before submit, and Place order stays disabled with the reason.
+    refusal = "Quota exceeded: vision-lab may run 8 GPUs; 0 are in use and this order asks for 16."
+    expect(researcher.locator('[data-estimate="refusal"]')).to_contain_text(refusal)
+    expect(researcher.get_by_role("button", name="Place order")).to_be_disabled()
+    expect(researcher.locator('[data-estimate="blocked"]')).to_contain_text(refusal)
     assert not Order.objects.exists()
+    # The way to ask for more lands with ada, on her Quotas page.
+    researcher.get_by_role("link", name="Request more quota").click()
+    expect(researcher.get_by_label("More GPUs")).to_have_value("16")
+    researcher.get_by_label("What they are for").fill("a two-host sweep")
+    researcher.get_by_role("button", name="Send to the admins").click()
+    expect(researcher.locator(".flash")).to_contain_text("Asked the admins for 16 more GPUs")
+    admin.reload()
+    asks = admin.locator('[data-project="vision-lab"] [data-testid="quota-requests"]')
+    expect(asks).to_contain_text("alice asks for 16 more GPUs")
+    expect(asks.get_by_role("button", name="Grant: raise to 24 GPUs")).to_be_visible()
+    asks.get_by_role("button", name="Decline").click()
+    expect(admin.locator(".flash")).to_contain_text("Declined alice's request for 16 GPUs")
 
     card = admin.locator('[data-project="vision-lab"]')
     card.get_by_label("Require approval above (GPUs)").fill("2")

@@ -1,0 +1,72 @@
+"""Who holds a project's quota is on the page that counts it: the dashboard card lists the
+holders by user, pool and order; the order page a quota refuses lists them too, keeps Place
+order disabled with the reason, and offers the way to ask for more."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.test import Client
+
+from instances.quotas import holders_of
+from portal.services import quota_set
+
+pytestmark = pytest.mark.django_db
+
+ESTIMATE = "/catalog/g5.xlarge/estimate/"
+
+
+def signed_in(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def text(response) -> str:
+    return re.sub(r"\s+", " ", response.content.decode())
+
+
+def test_the_holders_are_counted_by_user_and_order_most_gpus_first(
+    alice, bob, projects, place_order, catalog
+):
+    small = place_order(alice)
+    big = place_order(bob, count=3)
+    holders = holders_of([projects["vision-lab"].pk, projects["nlp-lab"].pk])
+    vision = holders[projects["vision-lab"].pk]
+    assert [(h.username, h.order_id, h.hosts, h.gpus) for h in vision] == [
+        ("bob", big.pk, 3, 3),
+        ("alice", small.pk, 1, 1),
+    ]
+    assert holders[projects["nlp-lab"].pk] == []
+
+
+def test_the_dashboard_card_says_who_holds_the_quota(alice, bob, ada, projects, place_order):
+    quota_set(project=projects["vision-lab"], actor=ada, max_gpus=4)
+    place_order(bob, count=3)
+    body = text(signed_in(alice).get("/dashboard/"))
+    assert "Who holds 3 GPUs on 3 hosts" in body
+    assert '<tr data-holder="bob"><td>bob</td>' in body
+    assert 'href="/quotas/vision-lab/request/">Request more quota</a>' in body
+
+
+def test_an_order_the_quota_refuses_cannot_be_placed_and_says_why_and_who_holds_it(
+    alice, bob, ada, projects, place_order
+):
+    quota_set(project=projects["vision-lab"], actor=ada, max_gpus=2)
+    place_order(bob, count=2)
+    body = text(signed_in(alice).get(ESTIMATE, {"project": "vision-lab", "count": "1"}))
+    assert (
+        '<button type="submit" form="order-form" class="button primary big place-order" '
+        'disabled aria-describedby="order-refusal">Place order</button>'
+    ) in body
+    assert "Cannot be placed now: Quota exceeded: vision-lab may run 2 GPUs" in body
+    assert '<tr data-holder="bob">' in body
+    assert 'href="/quotas/vision-lab/request/?gpus=1" data-testid="request-quota"' in body
+
+
+def test_an_order_the_quota_admits_keeps_place_order_enabled(alice, ada, projects, catalog):
+    quota_set(project=projects["vision-lab"], actor=ada, max_gpus=2)
+    body = text(signed_in(alice).get(ESTIMATE, {"project": "vision-lab", "count": "1"}))
+    assert 'class="button primary big place-order">Place order</button>' in body
+    assert "disabled" not in body and "Request more quota" not in body

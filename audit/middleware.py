@@ -225,6 +225,9 @@ class _Call:
             # Sign-out replaced request.user already; the signal kept who it was.
             user = getattr(request, "audit_actor", None) or user
         authenticated = bool(user is not None and user.is_authenticated)
+        # A credential that belongs to a machine, not a person (a host's agent), names its
+        # own actor: ``audit_actor`` and ``audit_role`` on ``request.auth``.
+        machine = "" if authenticated else _machine_actor(request)
         action = getattr(request, "audit_action", "")
         if (
             not action
@@ -251,8 +254,10 @@ class _Call:
             "time": self.time,
             "request_id": request.request_id,
             "actor_id": user.pk if authenticated else None,
-            "actor_username": clean_text(user.get_username(), 150) if authenticated else "",
-            "actor_role": _role(user) if authenticated else "anonymous",
+            "actor_username": (
+                clean_text(user.get_username(), 150) if authenticated else clean_text(machine, 150)
+            ),
+            "actor_role": _role(user) if authenticated else _machine_role(request, machine),
             "auth_method": _auth_method(request, user, authenticated, action),
             "source_ip": source_address(request),
             "user_agent": clean_text(request.META.get("HTTP_USER_AGENT", ""), 512),
@@ -341,10 +346,25 @@ def _role(user) -> str:
     return clean_text(str(getattr(user, "role", "") or "user"), 32)
 
 
+def _machine_actor(request: HttpRequest) -> str:
+    return str(getattr(getattr(request, "auth", None), "audit_actor", "") or "")
+
+
+def _machine_role(request: HttpRequest, machine: str) -> str:
+    if not machine:
+        return "anonymous"
+    return clean_text(str(getattr(request.auth, "audit_role", "") or "machine"), 32)
+
+
 def _auth_method(request: HttpRequest, user, authenticated: bool, action: str) -> str:
     # DRF puts the authenticator's credential on the Django request as `auth`; a token is
-    # recorded by its primary key, never by its secret.
-    token_pk = getattr(getattr(request, "auth", None), "pk", None)
+    # recorded by its primary key, never by its secret. A credential with an id sequence of
+    # its own (a host's agent) names its notation (``audit_auth_method``).
+    credential = getattr(request, "auth", None)
+    own = getattr(credential, "audit_auth_method", "")
+    if own:
+        return escape_control(str(own))[:64]
+    token_pk = getattr(credential, "pk", None)
     if token_pk is not None:
         return f"token:{escape_control(str(token_pk))}"[:64]
     if action in LOGIN_ACTIONS:

@@ -37,6 +37,7 @@ from django.template.loader import render_to_string
 from django.urls import NoReverseMatch, Resolver404, resolve
 from django.utils import timezone
 
+from audit.actors import machine_actor, machine_role, unrouted_api_caller
 from audit.bodies import ParsedBody, parse_body, summarize
 from audit.context import current_refusals, current_request_id, new_request_id, sane_request_id
 from audit.limits import Refusal, content_length, request_refusal
@@ -174,6 +175,7 @@ class _Call:
         self.body: bytes | None = None
         self.body_error = ""
         self.parsed = ParsedBody()
+        self.refused = refusal is not None
         if refusal is not None:
             self.body_error = (
                 "too large: not read" if refusal.status == 413 else "not read: request refused"
@@ -224,10 +226,14 @@ class _Call:
         if user is None or not user.is_authenticated:
             # Sign-out replaced request.user already; the signal kept who it was.
             user = getattr(request, "audit_actor", None) or user
+        if match is None and not self.refused and not getattr(user, "is_authenticated", False):
+            caller = unrouted_api_caller(request)
+            if caller is not None:
+                user, request.auth = caller
         authenticated = bool(user is not None and user.is_authenticated)
         # A credential that belongs to a machine, not a person (a host's agent), names its
         # own actor: ``audit_actor`` and ``audit_role`` on ``request.auth``.
-        machine = "" if authenticated else _machine_actor(request)
+        machine = "" if authenticated else machine_actor(request)
         action = getattr(request, "audit_action", "")
         if (
             not action
@@ -257,7 +263,7 @@ class _Call:
             "actor_username": (
                 clean_text(user.get_username(), 150) if authenticated else clean_text(machine, 150)
             ),
-            "actor_role": _role(user) if authenticated else _machine_role(request, machine),
+            "actor_role": _role(user) if authenticated else machine_role(request, machine),
             "auth_method": _auth_method(request, user, authenticated, action),
             "source_ip": source_address(request),
             "user_agent": clean_text(request.META.get("HTTP_USER_AGENT", ""), 512),
@@ -344,16 +350,6 @@ def _role(user) -> str:
     if getattr(user, "is_superuser", False) and not getattr(user, "role", ""):
         return "superuser"
     return clean_text(str(getattr(user, "role", "") or "user"), 32)
-
-
-def _machine_actor(request: HttpRequest) -> str:
-    return str(getattr(getattr(request, "auth", None), "audit_actor", "") or "")
-
-
-def _machine_role(request: HttpRequest, machine: str) -> str:
-    if not machine:
-        return "anonymous"
-    return clean_text(str(getattr(request.auth, "audit_role", "") or "machine"), 32)
 
 
 def _auth_method(request: HttpRequest, user, authenticated: bool, action: str) -> str:

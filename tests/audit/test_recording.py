@@ -399,3 +399,35 @@ def test_a_host_agent_call_is_recorded_as_its_host_not_as_a_personal_token(
     assert [(line["actor_username"], line["auth_method"]) for line in exported] == [
         (f"agent:{host.pk}", f"agent-credential:{credential.pk}")
     ]
+
+
+@pytest.mark.parametrize("method", ["get", "delete"])
+def test_an_unrouted_api_call_with_a_valid_token_is_recorded_with_its_actor(web, alice, method):
+    from portal.services import token_issue
+
+    token, secret = token_issue(user=alice, name="laptop")
+    response = getattr(web(), method)(
+        "/api/v1/no-such-thing/", HTTP_AUTHORIZATION=f"Bearer {secret}"
+    )
+    assert response.status_code == 404
+    row = row_for(response)
+    assert (row.actor_id, row.actor_username, row.actor_role, row.auth_method, row.outcome) == (
+        alice.pk,
+        "alice",
+        alice.role,
+        f"token:{token.pk}",
+        "denied",
+    )
+    assert secret not in json.dumps(list(AuditEvent.objects.values()), default=str)
+
+
+def test_an_unrouted_api_call_with_a_bad_token_stays_anonymous_and_still_404(web, db):
+    response = web().get("/api/v1/no-such-thing/", HTTP_AUTHORIZATION="Bearer gpp_not-a-token")
+    assert response.status_code == 404
+    row = row_for(response)
+    assert (row.actor_id, row.actor_username, row.actor_role, row.auth_method) == (
+        None,
+        "",
+        "anonymous",
+        "none",
+    )

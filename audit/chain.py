@@ -100,6 +100,39 @@ def checkpoint_payload(checkpoint: dict[str, Any]) -> bytes:
     return json.dumps(fields, separators=(",", ":")).encode()
 
 
+CHECKPOINT_DOCUMENT_TIMES = ("created_at", "period_start", "period_end")
+
+
+def checkpoint_document(checkpoint: Any) -> dict[str, Any]:
+    """A checkpoint as a self-contained JSON document (what the S3 export and the witness
+    publish): every signed field, times in canonical form, and the signature."""
+    return {
+        "number": checkpoint.number,
+        "created_at": _utc(checkpoint.created_at),
+        "period_start": _utc(checkpoint.period_start),
+        "period_end": _utc(checkpoint.period_end),
+        "first_position": checkpoint.first_position,
+        "last_position": checkpoint.last_position,
+        "event_count": checkpoint.event_count,
+        "first_seq": checkpoint.first_seq,
+        "last_seq": checkpoint.last_seq,
+        "head_hash": checkpoint.head_hash,
+        "prev_signature": checkpoint.prev_signature,
+        "grace_seconds": checkpoint.grace_seconds,
+        "flagged_seqs": checkpoint.flagged_seqs,
+        "key_id": checkpoint.key_id,
+        "signature": checkpoint.signature,
+    }
+
+
+def document_signature_valid(document: dict[str, Any], key: bytes | None = None) -> bool:
+    """Whether a published checkpoint document still carries the signature of its fields."""
+    fields = dict(document)
+    for name in CHECKPOINT_DOCUMENT_TIMES:
+        fields[name] = datetime.fromisoformat(fields[name])
+    return signature_valid(checkpoint_payload(fields), document["signature"], key)
+
+
 def prune_payload(prune: dict[str, Any]) -> bytes:
     fields = [
         "prune-v1",

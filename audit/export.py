@@ -19,6 +19,9 @@ from audit.models import (
 )
 from audit.services import SEAL_BATCH, audit_record_system
 
+# The signed document of one checkpoint, as the S3 export and the witness publish it.
+checkpoint_document = chain.checkpoint_document
+
 # --- export to S3 ------------------------------------------------------------------------
 
 
@@ -38,26 +41,6 @@ def export_keys(checkpoint: AuditCheckpoint) -> tuple[str, str]:
         f"checkpoint-{checkpoint.number:012d}"
     )
     return f"{base}.events.jsonl", f"{base}.checkpoint.json"
-
-
-def checkpoint_document(checkpoint: AuditCheckpoint) -> dict[str, Any]:
-    return {
-        "number": checkpoint.number,
-        "created_at": chain._utc(checkpoint.created_at),
-        "period_start": chain._utc(checkpoint.period_start),
-        "period_end": chain._utc(checkpoint.period_end),
-        "first_position": checkpoint.first_position,
-        "last_position": checkpoint.last_position,
-        "event_count": checkpoint.event_count,
-        "first_seq": checkpoint.first_seq,
-        "last_seq": checkpoint.last_seq,
-        "head_hash": checkpoint.head_hash,
-        "prev_signature": checkpoint.prev_signature,
-        "grace_seconds": checkpoint.grace_seconds,
-        "flagged_seqs": checkpoint.flagged_seqs,
-        "key_id": checkpoint.key_id,
-        "signature": checkpoint.signature,
-    }
 
 
 def period_lines(checkpoint: AuditCheckpoint):

@@ -86,7 +86,8 @@ class AuditEventFilter(django_filters.FilterSet):
         field_name="actor_username",
         lookup_expr="iexact",
         max_length=150,
-        help_text="Username of the actor, e.g. alice, or system:<task> for tasks and commands",
+        help_text="Username of the actor, e.g. alice, system:<task> for tasks and commands, "
+        "or agent:<host id> for a host's agent",
     )
     since = UtcDateTimeFilter(
         field_name="time",

@@ -37,6 +37,7 @@ from django.template.loader import render_to_string
 from django.urls import NoReverseMatch, Resolver404, resolve
 from django.utils import timezone
 
+from audit.actors import machine_actor, machine_role, unrouted_api_caller
 from audit.bodies import ParsedBody, parse_body, summarize
 from audit.context import current_refusals, current_request_id, new_request_id, sane_request_id
 from audit.limits import Refusal, content_length, request_refusal
@@ -174,6 +175,7 @@ class _Call:
         self.body: bytes | None = None
         self.body_error = ""
         self.parsed = ParsedBody()
+        self.refused = refusal is not None
         if refusal is not None:
             self.body_error = (
                 "too large: not read" if refusal.status == 413 else "not read: request refused"
@@ -224,7 +226,14 @@ class _Call:
         if user is None or not user.is_authenticated:
             # Sign-out replaced request.user already; the signal kept who it was.
             user = getattr(request, "audit_actor", None) or user
+        if match is None and not self.refused and not getattr(user, "is_authenticated", False):
+            caller = unrouted_api_caller(request)
+            if caller is not None:
+                user, request.auth = caller
         authenticated = bool(user is not None and user.is_authenticated)
+        # A credential that belongs to a machine, not a person (a host's agent), names its
+        # own actor: ``audit_actor`` and ``audit_role`` on ``request.auth``.
+        machine = "" if authenticated else machine_actor(request)
         action = getattr(request, "audit_action", "")
         if (
             not action
@@ -251,8 +260,10 @@ class _Call:
             "time": self.time,
             "request_id": request.request_id,
             "actor_id": user.pk if authenticated else None,
-            "actor_username": clean_text(user.get_username(), 150) if authenticated else "",
-            "actor_role": _role(user) if authenticated else "anonymous",
+            "actor_username": (
+                clean_text(user.get_username(), 150) if authenticated else clean_text(machine, 150)
+            ),
+            "actor_role": _role(user) if authenticated else machine_role(request, machine),
             "auth_method": _auth_method(request, user, authenticated, action),
             "source_ip": source_address(request),
             "user_agent": clean_text(request.META.get("HTTP_USER_AGENT", ""), 512),
@@ -343,8 +354,13 @@ def _role(user) -> str:
 
 def _auth_method(request: HttpRequest, user, authenticated: bool, action: str) -> str:
     # DRF puts the authenticator's credential on the Django request as `auth`; a token is
-    # recorded by its primary key, never by its secret.
-    token_pk = getattr(getattr(request, "auth", None), "pk", None)
+    # recorded by its primary key, never by its secret. A credential with an id sequence of
+    # its own (a host's agent) names its notation (``audit_auth_method``).
+    credential = getattr(request, "auth", None)
+    own = getattr(credential, "audit_auth_method", "")
+    if own:
+        return escape_control(str(own))[:64]
+    token_pk = getattr(credential, "pk", None)
     if token_pk is not None:
         return f"token:{escape_control(str(token_pk))}"[:64]
     if action in LOGIN_ACTIONS:

@@ -33,6 +33,7 @@ from audit.models import (
 )
 from audit.redaction import canonical_json, clean_identifier, clean_text, redact_data
 from audit.status import last_issued_seq
+from audit.witness import witness_publish_on_commit
 
 log = logging.getLogger(__name__)
 
@@ -304,7 +305,10 @@ def audit_chain_seal(*, now: datetime | None = None) -> AuditCheckpoint:
                 len(flagged),
                 " ".join(str(seq) for seq in flagged[:20]),
             )
-        return AuditCheckpoint.objects.create(**checkpoint, signature=signature)
+        created = AuditCheckpoint.objects.create(**checkpoint, signature=signature)
+        # Published outside the database once committed: the chain cannot witness its tail.
+        witness_publish_on_commit(created)
+        return created
 
 
 # --- retention ---------------------------------------------------------------------------

@@ -6,7 +6,10 @@ the chain is:
 1. checkpoints in number order: signatures, numbering, the chain of signatures, coverage;
 2. links in position order: no gaps, each link follows the one before, heads match checkpoints;
 3. links in sequence order merged with events in sequence order (``audit.verify_rows``): each
-   row hashes to its link and fits its period, and every row outside the chain is accounted for.
+   row hashes to its link and fits its period, and every row outside the chain is accounted for;
+
+and over the whole chain, the checkpoints against the witness (``audit.witness``), which alone
+can tell that the newest checkpoints were deleted with their links and rows.
 
 Each problem names the sequence numbers concerned and its own kind: an edited row, a deleted
 row, two rows swapped, a deleted checkpoint, a truncated tail, a forged checkpoint, a row
@@ -33,6 +36,7 @@ from audit import chain, timing
 from audit.models import AuditChainLink, AuditCheckpoint, AuditEvent, AuditPrune
 from audit.status import last_issued_seq
 from audit.verify_rows import PAGE, Higher, Periods, Scope, check_rows, check_window
+from audit.witness import witness_check
 
 CHECKPOINT_FIELDS = (
     "number",
@@ -73,6 +77,9 @@ class Report:
     first_position: int | None = None
     last_position: int | None = None
     seconds: float = 0.0
+    # The witness file compared with (None: none configured) and its newest checkpoint.
+    witness_path: str | None = None
+    witnessed: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -380,6 +387,7 @@ def _verify(report: Report, start, end, now: datetime, ranged: bool) -> None:
     )
     if not ranged:
         check_rows(report, scope, None, None)
+        witness_check(report, after=anchor["number"])
         _check_freshness(report, newest, now)
         return
     elsewhere = check_rows(report, scope, low_seq, high_seq) if low_seq is not None else []

@@ -67,3 +67,16 @@ class HostAgentCredential(models.Model):
 
     def __str__(self) -> str:
         return f"agent credential of {self.instance_id}"
+
+    # How the audit log names a call made with it (audit.middleware reads these from
+    # ``request.auth``): the host is the actor, not a person, and the credential has an id
+    # sequence of its own, so it is never written ``token:<id>`` like a personal API token.
+    audit_role = "agent"
+
+    @property
+    def audit_actor(self) -> str:
+        return f"agent:{self.instance_id}"
+
+    @property
+    def audit_auth_method(self) -> str:
+        return f"agent-credential:{self.pk}"

@@ -14,6 +14,7 @@ starts at, and ``real_clock`` marks the tests that share the real clock with ano
 from __future__ import annotations
 
 import os
+import uuid
 from datetime import datetime
 
 import pytest
@@ -139,6 +140,14 @@ def _fast_passwords(settings):
     """The personas' passwords are hashed with a fast hasher: Django's default takes half a
     second per password here, and most tests make two to five personas."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def _own_audit_witness(settings, tmp_path_factory):
+    """Each test publishes its checkpoints to a witness file of its own: a witness left by an
+    earlier test's database would accuse this one's of a deleted tail."""
+    name = f"audit-witness-{uuid.uuid4().hex}.jsonl"
+    settings.PORTAL_AUDIT_WITNESS_PATH = str(tmp_path_factory.getbasetemp() / name)
 
 
 @pytest.fixture(autouse=True)

@@ -9,6 +9,7 @@ from portal.settings.base import (
     DEBUG,
     MIDDLEWARE,
     PRODUCTION_NEEDS,
+    VAR_DIR,
 )
 
 # --- Audit log (issue 5) -------------------------------------------------------------------
@@ -55,6 +56,12 @@ PORTAL_AUDIT_RETENTION_DAYS = env_int("PORTAL_AUDIT_RETENTION_DAYS", 400)
 PORTAL_AUDIT_S3_BUCKET = env_str("PORTAL_AUDIT_S3_BUCKET")
 PORTAL_AUDIT_S3_PREFIX = env_str("PORTAL_AUDIT_S3_PREFIX", "audit/")
 PORTAL_AUDIT_S3_ENDPOINT_URL = env_str("PORTAL_AUDIT_S3_ENDPOINT_URL")
+# Where every signed checkpoint is appended once committed, one JSON document a line, for
+# audit_verify to compare the chain with: the database cannot witness its own tail, so put it
+# where the database's owner cannot rewrite it (another machine's disk, an append-only mount).
+PORTAL_AUDIT_WITNESS_PATH = env_str(
+    "PORTAL_AUDIT_WITNESS_PATH", str(VAR_DIR / "audit-witness.jsonl")
+)
 # How many reverse proxies of ours stand in front of the portal; X-Forwarded-For is believed
 # only that far, so a client cannot choose the source address recorded for it.
 PORTAL_TRUSTED_PROXIES = env_int("PORTAL_TRUSTED_PROXIES", 0)

@@ -8,6 +8,7 @@ import json
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from audit.models import AuditEvent
 from audit.redaction import redact_text
@@ -360,3 +361,73 @@ def test_a_portal_api_token_is_recorded_by_its_id_and_never_its_secret(web, alic
     assert (row.actor_username, row.auth_method) == ("alice", f"token:{token.pk}")
     assert secret not in json.dumps(list(AuditEvent.objects.values()), default=str)
     assert redact_text(f"Bearer {secret}") == "Bearer [REDACTED]"
+
+
+def test_a_host_agent_call_is_recorded_as_its_host_not_as_a_personal_token(
+    web, ada, alice, running_host
+):
+    from instances.services import agent_credential_issue
+
+    host = running_host()
+    secret = agent_credential_issue(instance=host)
+    credential = host.agent_credential
+    response = web().post(
+        f"/api/v1/instances/{host.pk}/metrics/",
+        {
+            "readings": [
+                {"at": timezone.now().isoformat(), "utilization": 80, "memory_used_mib": 512}
+            ]
+        },
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Agent {secret}",
+    )
+    assert response.status_code == 201, response.content
+    row = row_for(response)
+    assert (row.actor_id, row.actor_username, row.actor_role, row.auth_method) == (
+        None,
+        f"agent:{host.pk}",
+        "agent",
+        f"agent-credential:{credential.pk}",
+    )
+    assert secret not in json.dumps(list(AuditEvent.objects.values()), default=str)
+    # The audit page shows the host as the actor, and the export says the same.
+    admin = web(ada)
+    page = admin.get(f"/audit/?actor=agent:{host.pk}").content.decode()
+    assert f">agent:{host.pk}</a>" in page and f"agent · agent-credential:{credential.pk}" in page
+    lines = b"".join(admin.get(f"/audit/export.jsonl?actor=agent:{host.pk}").streaming_content)
+    exported = [json.loads(line) for line in lines.splitlines()]
+    assert [(line["actor_username"], line["auth_method"]) for line in exported] == [
+        (f"agent:{host.pk}", f"agent-credential:{credential.pk}")
+    ]
+
+
+@pytest.mark.parametrize("method", ["get", "delete"])
+def test_an_unrouted_api_call_with_a_valid_token_is_recorded_with_its_actor(web, alice, method):
+    from portal.services import token_issue
+
+    token, secret = token_issue(user=alice, name="laptop")
+    response = getattr(web(), method)(
+        "/api/v1/no-such-thing/", HTTP_AUTHORIZATION=f"Bearer {secret}"
+    )
+    assert response.status_code == 404
+    row = row_for(response)
+    assert (row.actor_id, row.actor_username, row.actor_role, row.auth_method, row.outcome) == (
+        alice.pk,
+        "alice",
+        alice.role,
+        f"token:{token.pk}",
+        "denied",
+    )
+    assert secret not in json.dumps(list(AuditEvent.objects.values()), default=str)
+
+
+def test_an_unrouted_api_call_with_a_bad_token_stays_anonymous_and_still_404(web, db):
+    response = web().get("/api/v1/no-such-thing/", HTTP_AUTHORIZATION="Bearer gpp_not-a-token")
+    assert response.status_code == 404
+    row = row_for(response)
+    assert (row.actor_id, row.actor_username, row.actor_role, row.auth_method) == (
+        None,
+        "",
+        "anonymous",
+        "none",
+    )

@@ -11,7 +11,8 @@ class Command(BaseCommand):
     help = (
         "Walk the audit hash chain and its signed checkpoints and report every problem by "
         "sequence number, rows inserted by hand included (numbered below 1, backdated, "
-        "postdated, slipped into the sealed range, out of order, never sealed). A range checks "
+        "postdated, slipped into the sealed range, out of order, never sealed), and the "
+        "newest checkpoints deleted with their rows (compared with the witness). A range checks "
         "every checkpoint that covers it and every row it selects. Exit status 1 when anything "
         "does not verify."
     )
@@ -42,6 +43,12 @@ class Command(BaseCommand):
             f"{report.rows} rows, {report.links} links ({span}), {report.checkpoints} "
             f"checkpoints checked in {report.seconds:.2f} s; {report.pending} rows await sealing"
         )
+        if report.witnessed is not None:
+            summary += f"; witness {report.witness_path}: up to checkpoint {report.witnessed}"
+        elif not (start or end):
+            # Not a problem (a new deployment has no witness yet), but the tail is unchecked.
+            where = report.witness_path or "PORTAL_AUDIT_WITNESS_PATH (empty)"
+            summary += f"; no witnessed checkpoint at {where}, so a deleted tail cannot be seen"
         if report.ok:
             self.stdout.write(self.style.SUCCESS(f"audit chain OK: {summary}"))
             return

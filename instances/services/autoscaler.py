@@ -171,7 +171,7 @@ def autoscale(*, now: datetime | None = None) -> AutoscaleReport:
         if report.moved:
             Pool.objects.bulk_update(report.moved, POOL_FIELDS)
         if changed_schedules:
-            PoolSchedule.objects.bulk_update(changed_schedules, ["last_run_at"])
+            PoolSchedule.objects.bulk_update(changed_schedules, ["last_run_at", "next_run_at"])
         PoolEvent.objects.bulk_create(events)
         PoolSample.objects.bulk_create(samples)
         retention = timedelta(days=settings.PORTAL_POOL_SAMPLE_RETENTION_DAYS)

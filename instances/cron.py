@@ -60,6 +60,15 @@ def parse(expression: str) -> Cron:
     """Parse a cron expression or raise ValidationError (code ``invalid_cron``) naming the
     field that is wrong. Cached: a pass over a thousand pools parses a few distinct ones."""
     text = " ".join((expression or "").split())
+    odd = next((ch for ch in text if not ch.isascii() or not ch.isprintable()), None)
+    if odd is not None:
+        # int() reads full-width and other Unicode digits: the field parsers would take them,
+        # and the row would keep what no other cron reads.
+        raise ValidationError(
+            f"A cron expression is written in ASCII digits, letters and * , - /; "
+            f"'{odd}' (U+{ord(odd):04X}) is not one of them: type it as e.g. '0 9 * * 1-5'.",
+            code="invalid_cron",
+        )
     parts = text.split(" ")
     if len(parts) != 5:
         raise ValidationError(
@@ -113,12 +122,16 @@ def zone(name: str) -> ZoneInfo:
 
 
 _ZONES: frozenset[str] | None = None
+NOT_PLACES = frozenset({"localtime", "posixrules", "Factory"})
 
 
 def _zone_names() -> frozenset[str]:
     global _ZONES
     if _ZONES is None:
-        _ZONES = frozenset(available_timezones() | {"UTC"})
+        # available_timezones() lists the files of the system's zoneinfo folder, which holds
+        # "localtime" (the machine's own zone, whatever it is) beside the IANA names, and
+        # "Factory" (the IANA placeholder for "no zone set"): neither names a place.
+        _ZONES = frozenset((available_timezones() | {"UTC"}) - NOT_PLACES)
     return _ZONES
 
 

@@ -227,7 +227,9 @@ def _target_track(pool: Pool, hosts: list[Host], minutes: dict, now: datetime, e
     out, into = window(pool.scale_out_minutes), window(pool.scale_in_minutes)
     if out and min(out) > target and warm:
         mean = sum(out) / len(out)
-        want = max(pool.desired + 1, math.ceil(warm * mean / target))
+        # Proportional, as the README says and EC2 target tracking does: no "at least one
+        # more" floor (hot warm hosts fewer than desired: the ones still warming take load).
+        want = math.ceil(warm * mean / target)
         if _set_desired(
             pool,
             want,
@@ -240,7 +242,9 @@ def _target_track(pool: Pool, hosts: list[Host], minutes: dict, now: datetime, e
             pool.last_scaled_at = now
     elif into and max(into) < target and warm and not any(h.pending for h in hosts):
         mean = sum(into) / len(into)
-        want = min(pool.desired - 1, math.ceil(warm * mean / target))
+        # No "at least one fewer" floor: 3 hosts at 69 % of a 70 % target would go to 2 at
+        # 104 %, then out again after the cooldown, and so on.
+        want = math.ceil(warm * mean / target)
         if _set_desired(
             pool,
             want,

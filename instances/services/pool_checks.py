@@ -125,9 +125,12 @@ def check_fallbacks(errors: dict, instance_type: InstanceType, image: Image, nam
     return list(names)
 
 
-def pool_order_request(*, user: User, project: Project, fields: dict) -> OrderRequest:
+def pool_order_request(
+    *, user: User, project: Project, fields: dict, key_required: bool = True
+) -> OrderRequest:
     """The order a pool of max_size hosts would be, validated as an order is (membership, type,
-    image, key, spot offered, policy); errors carry the pool's field names."""
+    image, key, spot offered, policy); errors carry the pool's field names. ``key_required=False``
+    leaves the key out (the new pool page's preview, before it is pasted)."""
     market = pool_market(fields["spot_percent"], fields["on_demand_base"], fields["max_size"])
     lease_hours, _ = longest_lease(project=project, user=user)
     try:
@@ -141,6 +144,7 @@ def pool_order_request(*, user: User, project: Project, fields: dict) -> OrderRe
             ssh_public_key=fields["ssh_public_key"],
             lease_hours=lease_hours,
             interruption_policy=fields["interruption_policy"] if market == Market.SPOT else "",
+            key_required=key_required,
         )
     except ValidationError as error:
         # The pool has no market field: its spot share is what picks spot.
@@ -274,6 +278,35 @@ def pool_order_place(
         checkpoint_uri=checkpoint_uri_for(project_slug=request.project.slug, order_id=order.pk)
     )
     return order, approval
+
+
+def pool_problems(*, user: User, project: Project, fields: dict) -> tuple[list[str], str | None]:
+    """What creating this pool would refuse (the submit's own checks but the SSH key) and, when
+    nothing, why the approval policy would hold it: the new pool page's preview."""
+    errors: dict = {}
+    check_sizes(errors, fields)
+    fallbacks = check_fallbacks(
+        errors, fields["instance_type"], fields["image"], fields["fallback_instance_types"]
+    )
+    request = None
+    try:
+        request = pool_order_request(user=user, project=project, fields=fields, key_required=False)
+    except ValidationError as error:
+        for name, found in error.error_dict.items():
+            errors.setdefault(name, []).extend(found)
+    if errors:
+        return [m for found in errors.values() for e in found for m in e.messages], None
+    approval = pool_approval(
+        request,
+        fallbacks=pool_fallback_types(fallbacks),
+        markets=pool_launch_markets(
+            spot_percent=fields["spot_percent"],
+            on_demand_base=fields["on_demand_base"],
+            max_size=fields["max_size"],
+            interruption_policy=fields["interruption_policy"],
+        ),
+    )
+    return [], approval
 
 
 def refuse_unknown(changes: dict, allowed) -> None:

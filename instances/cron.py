@@ -1,10 +1,12 @@
 """Cron expressions of pool schedules: parse (Celery's crontab parser), describe in words
 (cron-descriptor), and find when they fire in an IANA time zone.
 
-Times are matched on the zone's wall clock, walked in UTC quarter hours (every zone's offset
-today is a whole number of quarter hours, so a quarter hour never straddles a change of
-offset). So daylight saving behaves as the zone says: a wall time the spring change skips does
-not happen that day, and a wall time the autumn change repeats fires once, the first time.
+Times are matched on the zone's wall clock by cronsim, which jumps from one firing to the
+next field by field (a cron that fires only on 29 February costs one step, not five years of
+quarter hours; croniter would do as well, but cronsim is small, dependency-free and follows
+Debian cron, as Healthchecks does). Daylight saving behaves as the zone says: a wall time the
+spring change skips does not happen that day, and a wall time the autumn change repeats fires
+once, the first time.
 """
 
 from __future__ import annotations
@@ -22,9 +24,12 @@ from cron_descriptor import (
     Options,
     WrongArgumentException,
 )
+from cronsim import CronSim, CronSimError
 from django.core.exceptions import ValidationError
 
-QUARTER = timedelta(minutes=15)
+HORIZON = timedelta(days=5 * 366)
+# A jump is one firing; the filter in _runs drops at most a few per change of offset.
+MAX_JUMPS = 256
 FIELDS = ("minute", "hour", "day of month", "month", "day of week")
 
 
@@ -55,6 +60,15 @@ def parse(expression: str) -> Cron:
     """Parse a cron expression or raise ValidationError (code ``invalid_cron``) naming the
     field that is wrong. Cached: a pass over a thousand pools parses a few distinct ones."""
     text = " ".join((expression or "").split())
+    odd = next((ch for ch in text if not ch.isascii() or not ch.isprintable()), None)
+    if odd is not None:
+        # int() reads full-width and other Unicode digits: the field parsers would take them,
+        # and the row would keep what no other cron reads.
+        raise ValidationError(
+            f"A cron expression is written in ASCII digits, letters and * , - /; "
+            f"'{odd}' (U+{ord(odd):04X}) is not one of them: type it as e.g. '0 9 * * 1-5'.",
+            code="invalid_cron",
+        )
     parts = text.split(" ")
     if len(parts) != 5:
         raise ValidationError(
@@ -108,12 +122,16 @@ def zone(name: str) -> ZoneInfo:
 
 
 _ZONES: frozenset[str] | None = None
+NOT_PLACES = frozenset({"localtime", "posixrules", "Factory"})
 
 
 def _zone_names() -> frozenset[str]:
     global _ZONES
     if _ZONES is None:
-        _ZONES = frozenset(available_timezones() | {"UTC"})
+        # available_timezones() lists the files of the system's zoneinfo folder, which holds
+        # "localtime" (the machine's own zone, whatever it is) beside the IANA names, and
+        # "Factory" (the IANA placeholder for "no zone set"): neither names a place.
+        _ZONES = frozenset((available_timezones() | {"UTC"}) - NOT_PLACES)
     return _ZONES
 
 
@@ -130,47 +148,46 @@ def describe(expression: str, timezone_name: str) -> str:
     return f"{words} ({timezone_name})"
 
 
-def _quarters(start: datetime, end: datetime):
-    """UTC quarter hours from the one holding ``start`` up to ``end``."""
-    at = start.astimezone(UTC).replace(second=0, microsecond=0)
-    at -= timedelta(minutes=at.minute % 15)
-    while at <= end:
-        yield at
-        at += QUARTER
-
-
-def _fires_in(cron: Cron, tz: ZoneInfo, quarter: datetime):
-    """The UTC instants in one UTC quarter hour at which ``cron`` fires on ``tz``'s clock."""
-    local = quarter.astimezone(tz)
-    if local.fold:
-        return  # the repeated hour of an autumn change: fired the first time round
-    if local.month not in cron.months or local.hour not in cron.hours:
+def _runs(cron: Cron, tz: ZoneInfo, start: datetime, *, reverse: bool = False):
+    """The UTC instants at which ``cron`` fires on ``tz``'s wall clock, from ``start`` on (or
+    back, ``reverse``), one cronsim jump each. cronsim runs a wall time the spring change skips
+    just after the change, and a repeated one in both hours when its minute is a range: this
+    clock does neither (skipped: not that day; repeated: the first time only)."""
+    try:
+        moments = CronSim(cron.expression, start.astimezone(tz), reverse=reverse)
+    except CronSimError:
         return
-    if not cron.day_matches(local):
-        return
-    for minute in range(local.minute, local.minute + 15):
-        if minute in cron.minutes:
-            yield quarter + timedelta(minutes=minute - local.minute)
+    for _ in range(MAX_JUMPS):
+        try:
+            local = next(moments)
+        except (StopIteration, CronSimError):
+            return
+        if local.fold or local.hour not in cron.hours or local.minute not in cron.minutes:
+            continue
+        yield local.astimezone(UTC)
 
 
 def last_fire(cron: Cron, tz: ZoneInfo, *, after: datetime, until: datetime) -> datetime | None:
-    """The latest instant in (after, until] at which ``cron`` fires, or None."""
-    found = None
-    for quarter in _quarters(after, until):
-        for moment in _fires_in(cron, tz, quarter):
-            if after < moment <= until:
-                found = moment
-    return found
+    """The latest instant in (after, until] at which ``cron`` fires, or None: one jump back
+    from ``until`` (two or three across a change of offset)."""
+    # cronsim goes back from the minute before its start: start a minute after until's.
+    start = until.replace(second=0, microsecond=0) + timedelta(minutes=1)
+    for moment in _runs(cron, tz, start, reverse=True):
+        if moment <= until:
+            return moment if moment > after else None
+    return None
 
 
 def next_runs(cron: Cron, tz: ZoneInfo, *, after: datetime, count: int = 3) -> list[datetime]:
     """The next ``count`` instants after ``after`` (looking at most five years ahead, which
-    covers a 29 February)."""
+    covers a 29 February), a jump each."""
     runs: list[datetime] = []
-    for quarter in _quarters(after, after + timedelta(days=5 * 366)):
-        for moment in _fires_in(cron, tz, quarter):
-            if moment > after:
-                runs.append(moment)
-                if len(runs) == count:
-                    return runs
+    horizon = after + HORIZON
+    for moment in _runs(cron, tz, after):
+        if moment > horizon:
+            break
+        if moment > after:
+            runs.append(moment)
+            if len(runs) == count:
+                break
     return runs

@@ -6,7 +6,7 @@ from __future__ import annotations
 from django import forms
 from django.conf import settings
 
-from instances.models import Image, InstanceType, InterruptionPolicy
+from instances.models import InstanceType, InterruptionPolicy
 from portal import permissions
 
 
@@ -14,6 +14,11 @@ def _sizes(form: forms.Form, *, required: bool = True) -> None:
     top = settings.PORTAL_POOL_MAX_SIZE
     for name in ("min_size", "desired", "max_size", "on_demand_base"):
         form.fields[name] = forms.IntegerField(min_value=0, max_value=top, required=required)
+
+
+def fallback_names(text: str | None) -> list[str]:
+    """The fallback types typed comma- or line-separated, in order."""
+    return [part.strip() for part in (text or "").replace("\n", ",").split(",") if part.strip()]
 
 
 class PoolForm(forms.Form):
@@ -45,15 +50,27 @@ class PoolForm(forms.Form):
         self.fields["instance_type"].choices = [
             (t.name, f"{t.name} · {t.gpu_count}× {t.gpu_model}") for t in self.types
         ]
-        self.images = list(Image.objects.filter(is_active=True).order_by("name"))
+        # The order form's rule: the images that fit the type's GPU, newest first; the first
+        # is preselected (a preselected image that does not fit promised hosts it refused).
+        source = self.data if self.is_bound else self.initial
+        chosen = source.get("instance_type")
+        kind = next((t for t in self.types if t.name == chosen), None)
+        kind = kind or (self.types[0] if self.types else None)
+        self.images = list(kind.compatible_images()) if kind else []
         self.fields["image"].choices = [
             (i.name, f"{i.name} · TensorFlow {i.tensorflow_version} · CUDA {i.cuda_version}")
             for i in self.images
         ]
+        self.fields["image"].error_messages["invalid_choice"] = (
+            f"That image does not fit {kind.name if kind else 'this type'}'s GPU; pick one of "
+            "the images listed."
+        )
+        names = {i.name for i in self.images}
+        if not self.is_bound and self.images and self.initial.get("image") not in names:
+            self.initial["image"] = self.images[0].name
 
     def clean_fallback_instance_types(self) -> list[str]:
-        text = self.cleaned_data.get("fallback_instance_types") or ""
-        return [part.strip() for part in text.replace("\n", ",").split(",") if part.strip()]
+        return fallback_names(self.cleaned_data.get("fallback_instance_types"))
 
     def service_fields(self) -> dict:
         """What pool_create takes, from the cleaned data."""

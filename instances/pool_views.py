@@ -16,10 +16,15 @@ from django.views.decorators.http import require_POST
 
 from instances import services
 from instances.models import Image, Instance, InstanceType, InterruptionPolicy, Market, Pool
-from instances.pool_forms import DesiredForm, PoolForm, PoolSizesForm, ScheduleForm
+from instances.pool_forms import (
+    DesiredForm,
+    PoolForm,
+    PoolSizesForm,
+    ScheduleForm,
+    fallback_names,
+)
 from instances.pool_reads import chart_series, host_counts, pools_overview, with_last_event
-from instances.services.orders import OrderRequest
-from instances.services.pool_checks import pool_market
+from instances.services.pool_checks import pool_problems
 from instances.services.pool_plan import mix
 from portal import permissions
 from portal.models import Project
@@ -51,7 +56,10 @@ def _preview(user, data) -> dict:
         except (TypeError, ValueError):
             return default
 
-    project = permissions.orderable_projects(user).filter(slug=data.get("project")).first()
+    projects = permissions.orderable_projects(user)
+    # Nothing picked yet: the first project, the one the form's select shows (as the order
+    # page does).
+    project = projects.filter(slug=data.get("project")).first() or projects.first()
     kind = InstanceType.objects.offered().filter(name=data.get("instance_type")).first()
     if project is None or kind is None:
         return {"ready": False}
@@ -71,23 +79,28 @@ def _preview(user, data) -> dict:
             + price(instance_type=kind, market=Market.SPOT, count=spot, lease_hours=1).per_hour
         )
 
-    market = pool_market(spot_percent, base, high)
-    request = OrderRequest(
-        requester=user,
+    image = Image.objects.filter(name=data.get("image")).first()
+    if image is None:
+        return {"ready": False}
+    # The submit's own checks (pool_create's but the SSH key), so that the preview never
+    # promises hosts the submit refuses.
+    problems, approval = pool_problems(
+        user=user,
         project=project,
-        instance_type=kind,
-        image=Image.objects.filter(name=data.get("image")).first(),
-        market=market,
-        count=high,
-        lease_hours=1,
-        ssh_public_key="",
-        ssh_key_fingerprint="",
-        max_spot_price=None,
-        interruption_policy="",
-        region="",
-        estimate=services.order_estimate(
-            instance_type=kind, market=market, count=high, lease_hours=1
-        ),
+        fields={
+            "instance_type": kind,
+            "image": image,
+            "fallback_instance_types": fallback_names(data.get("fallback_instance_types")),
+            "min_size": number("min_size", 0),
+            "desired": number("desired", number("min_size", 0)),
+            "max_size": number("max_size", 1),
+            "on_demand_base": number("on_demand_base", 0),
+            "spot_percent": number("spot_percent", 0),
+            "interruption_policy": data.get("interruption_policy")
+            or InterruptionPolicy.RELAUNCH_SPOT,
+            "target_gpu_utilization": None,
+            "ssh_public_key": "",
+        },
     )
     on_demand_now, spot_now = mix(want, base, spot_percent if kind.spot_offered else 0)
     return {
@@ -101,7 +114,8 @@ def _preview(user, data) -> dict:
         "per_hour_now": per_hour(want),
         "per_hour_max": per_hour(high),
         "gpus_max": high * kind.gpu_count,
-        "approval": services.approval_needed(request),
+        "approval": approval,
+        "problems": problems,
     }
 
 
@@ -142,7 +156,9 @@ def pool_new(request: HttpRequest) -> HttpResponse:
                     "autoscaler pass.",
                 )
             return redirect("pool", pk=pool.pk)
-    source = request.POST if request.method == "POST" else {k: v for k, v in initial.items() if v}
+    # The form's initial values: the image it preselected (the newest that fits) included.
+    shown = {k: v for k, v in form.initial.items() if v}
+    source = request.POST if request.method == "POST" else shown
     context = {"form": form, "preview": _preview(request.user, source)}
     return render(
         request, "instances/pool_new.html", context, status=400 if request.method == "POST" else 200

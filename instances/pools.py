@@ -141,6 +141,9 @@ class PoolSchedule(models.Model):
     enabled = models.BooleanField(default=True)
     # Runs due after this instant fire on the next pass (set at creation: nothing retroactive).
     last_run_at = models.DateTimeField(default=tz.now)
+    # The first run after last_run_at, kept so that a pass or a read need not work it out
+    # again (None: not known yet, worked out when needed).
+    next_run_at = models.DateTimeField(null=True, blank=True)
     created_by = models.ForeignKey(
         "portal.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

@@ -43,7 +43,13 @@ from instances.models import (
     PoolSample,
     PoolSchedule,
 )
-from instances.services.orders import admission_refusal, order_estimate, order_request_of
+from instances.services.orders import (
+    OrderRequest,
+    admission_refusal,
+    order_estimate,
+    order_request_of,
+)
+from instances.services.pool_checks import pool_launch_refusal
 from instances.services.pool_plan import (
     SERVING,
     Host,
@@ -56,6 +62,7 @@ from instances.services.pool_plan import (
 from instances.services.pool_schedules import schedules_fire
 from instances.services.pools import hosts_end, pool_event
 from instances.services.queue import enqueue
+from portal.errors import Conflict
 from portal.services import notice_send, notices_close
 
 ACTOR = "system:autoscaler"
@@ -164,7 +171,7 @@ def autoscale(*, now: datetime | None = None) -> AutoscaleReport:
         if report.moved:
             Pool.objects.bulk_update(report.moved, POOL_FIELDS)
         if changed_schedules:
-            PoolSchedule.objects.bulk_update(changed_schedules, ["last_run_at"])
+            PoolSchedule.objects.bulk_update(changed_schedules, ["last_run_at", "next_run_at"])
         PoolEvent.objects.bulk_create(events)
         PoolSample.objects.bulk_create(samples)
         retention = timedelta(days=settings.PORTAL_POOL_SAMPLE_RETENTION_DAYS)
@@ -220,7 +227,9 @@ def _target_track(pool: Pool, hosts: list[Host], minutes: dict, now: datetime, e
     out, into = window(pool.scale_out_minutes), window(pool.scale_in_minutes)
     if out and min(out) > target and warm:
         mean = sum(out) / len(out)
-        want = max(pool.desired + 1, math.ceil(warm * mean / target))
+        # Proportional, as the README says and EC2 target tracking does: no "at least one
+        # more" floor (hot warm hosts fewer than desired: the ones still warming take load).
+        want = math.ceil(warm * mean / target)
         if _set_desired(
             pool,
             want,
@@ -233,7 +242,9 @@ def _target_track(pool: Pool, hosts: list[Host], minutes: dict, now: datetime, e
             pool.last_scaled_at = now
     elif into and max(into) < target and warm and not any(h.pending for h in hosts):
         mean = sum(into) / len(into)
-        want = min(pool.desired - 1, math.ceil(warm * mean / target))
+        # No "at least one fewer" floor: 3 hosts at 69 % of a 70 % target would go to 2 at
+        # 104 %, then out again after the cooldown, and so on.
+        want = math.ceil(warm * mean / target)
         if _set_desired(
             pool,
             want,
@@ -251,22 +262,27 @@ def _held(pool: Pool, market: str, type_name: str, now: datetime) -> bool:
     return bool(until) and datetime.fromisoformat(until) > now
 
 
-def _launch_type(pool: Pool, market: str, types: dict, now: datetime) -> InstanceType | None:
+def _launch_types(pool: Pool, market: str, types: dict, now: datetime) -> list[InstanceType]:
+    """The types a launch on ``market`` may try, in order: the pool's own, then its fallbacks,
+    leaving out those the cloud had no capacity for lately."""
+    found = []
     for name in pool.instance_type_names():
         if not _held(pool, market, name, now):
-            return pool.instance_type if name == pool.instance_type.name else types.get(name)
-    return None
+            kind = pool.instance_type if name == pool.instance_type.name else types.get(name)
+            if kind is not None:
+                found.append(kind)
+    return found
 
 
 def _converge(pool: Pool, hosts: list[Host], types: dict, now: datetime, events, report) -> None:
-    spot_type = _launch_type(pool, Market.SPOT, types, now)
-    od_type = _launch_type(pool, Market.ON_DEMAND, types, now)
+    spot_type = _launch_types(pool, Market.SPOT, types, now)
+    od_type = _launch_types(pool, Market.ON_DEMAND, types, now)
     step = plan(
         desired=pool.desired,
         base=pool.on_demand_base,
         spot_percent=pool.spot_percent,
         hosts=hosts,
-        spot_available=spot_type is not None,
+        spot_available=bool(spot_type),
         on_demand_fill=pool.spot_percent < 100
         or pool.interruption_policy == InterruptionPolicy.FALLBACK_ON_DEMAND,
     )
@@ -294,7 +310,7 @@ def _converge(pool: Pool, hosts: list[Host], types: dict, now: datetime, events,
     wanted = [(Market.ON_DEMAND, od_type, step.launch_on_demand)]
     wanted.append((Market.SPOT, spot_type, step.launch_spot))
     waiting = _waiting_markets(pool, now)
-    wanted = [(m, t, n) for m, t, n in wanted if n > 0 and t is not None and m not in waiting]
+    wanted = [(m, t, n) for m, t, n in wanted if n > 0 and t and m not in waiting]
     if wanted:
         _launch(pool, hosts, wanted, now, events, report, waiting)
 
@@ -319,7 +335,12 @@ def _launch(pool: Pool, hosts, wanted, now: datetime, events, report, waiting: s
     base = order_request_of(order)
     rows: list[Instance] = []
     refused, refused_markets = None, set()
-    for market, instance_type, wanted_count in wanted:
+    for market, candidates, wanted_count in wanted:
+        instance_type, held = _approved_type(pool, base, market, candidates)
+        if instance_type is None:
+            refused = refused or held
+            refused_markets.add(market)
+            continue
 
         def refusal(count: int, market=market, instance_type=instance_type):
             request = dataclasses.replace(
@@ -371,7 +392,9 @@ def _launch(pool: Pool, hosts, wanted, now: datetime, events, report, waiting: s
         pool.blocked_markets = []
         return
     what = "quota" if refused.code.startswith("quota") else "budget"
-    if refused.code not in ("quota_exceeded", "budget_exceeded"):
+    if refused.code == "approval_required":
+        what = "the approval policy"
+    elif refused.code not in ("quota_exceeded", "budget_exceeded"):
         what = "a limit"
     sentence = f"{what} holds pool at {counted + admitted} of {pool.desired}: {refused.message}"
     report.refused.append((pool, sentence))
@@ -396,6 +419,26 @@ def _launch(pool: Pool, hosts, wanted, now: datetime, events, report, waiting: s
     pool.refusal_reason = sentence[:500]
     pool.blocked_until = now + timedelta(seconds=wait)
     pool.blocked_markets = sorted(refused_markets | waiting)
+
+
+def _approved_type(
+    pool: Pool, base: OrderRequest, market: str, candidates: list[InstanceType]
+) -> tuple[InstanceType | None, Conflict | None]:
+    """The first of ``candidates`` the project's approval policy lets the pool launch on
+    ``market`` (an order's own rule, fallbacks included), or None and the refusal saying why."""
+    first = None
+    for kind in candidates:
+        why = pool_launch_refusal(
+            pool, dataclasses.replace(base, market=market, instance_type=kind)
+        )
+        if why is None:
+            return kind, None
+        first = first or why
+    return None, Conflict(
+        f"{first}; the pool does not launch it without approval. Ask a manager to approve a "
+        "pool that may launch it, or remove that fallback",
+        code="approval_required",
+    )
 
 
 def _create_hosts(

@@ -324,12 +324,18 @@ def order_submit(*, idempotency_key: str | None = None, **fields) -> tuple[Order
 
 
 def order_record(
-    request: OrderRequest, *, reason: str = "no approval needed", **fields
+    request: OrderRequest,
+    *,
+    reason: str = "no approval needed",
+    approval: str | None = None,
+    **fields,
 ) -> tuple[Order, str | None]:
     """Write the order ``request`` describes (``fields``: its idempotency key, its pool...),
     placed or held as the project's approval policy says, with its first event; the approvers
-    hear of a held one. Returns (order, why it needs approval or None)."""
-    approval = approval_needed(request)
+    hear of a held one. ``approval``: why the caller already knows it needs approval (a pool's
+    policy answer for every launch it may make). Returns (order, why it needs approval or
+    None)."""
+    approval = approval or approval_needed(request)
     order = Order.objects.create(
         requester=request.requester,
         project=request.project,

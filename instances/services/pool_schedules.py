@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
@@ -14,6 +15,7 @@ from instances.models import Pool, PoolEvent, PoolSchedule
 from instances.services.pool_checks import SIZE_FIELDS, refuse, refuse_unknown
 from instances.services.pools import lock_for_change, pool_event
 from instances.services.transitions import actor_of
+from portal.errors import Conflict
 from portal.models import User
 
 K = PoolEvent.Kind
@@ -51,14 +53,16 @@ def _schedule_values(pool: Pool, values: dict) -> dict:
         (low is not None and want < low) or (high is not None and want > high)
     ):
         refuse(errors, "desired", "desired is outside min_size..max_size.", "desired_out_of_range")
-    if (
-        parsed is not None
-        and tz is not None
-        and not cron.next_runs(parsed, tz, after=timezone.now(), count=1)
-    ):
+    upcoming = (
+        cron.next_runs(parsed, tz, after=timezone.now(), count=1)
+        if parsed is not None and tz is not None
+        else []
+    )
+    if parsed is not None and tz is not None and not upcoming:
         refuse(errors, "cron", f"'{parsed.expression}' never fires.", "invalid_cron")
     if errors:
         raise ValidationError(errors)
+    values["next_run_at"] = upcoming[0]
     return values
 
 
@@ -82,6 +86,13 @@ def schedule_create(
     }
     with transaction.atomic():
         row = lock_for_change(pool, user)
+        cap = settings.PORTAL_POOL_MAX_SCHEDULES
+        if PoolSchedule.objects.filter(pool=row).count() >= cap:
+            raise Conflict(
+                f"Pool {row.name} has {cap} schedules, the most a pool may have; change or "
+                "remove one instead of adding another.",
+                code="too_many_schedules",
+            )
         values = _schedule_values(row, values)
         schedule = PoolSchedule.objects.create(pool=row, enabled=enabled, created_by=user, **values)
         pool_event(
@@ -108,6 +119,8 @@ def schedule_update(*, schedule: PoolSchedule, user: User, **changes) -> PoolSch
             current.enabled = bool(changes["enabled"])
         if "cron" in changes or "timezone" in changes or changes.get("enabled"):
             current.last_run_at = timezone.now()  # nothing fires retroactively
+        else:
+            current.next_run_at = _next_after(current, current.last_run_at)
         current.save()
         pool_event(
             row,
@@ -138,16 +151,27 @@ def schedule_words(schedule: PoolSchedule) -> str:
     return f"{cron.describe(schedule.cron, schedule.timezone)}: {sets}"
 
 
-def schedule_next_runs(schedule: PoolSchedule, *, count: int = 3) -> list[datetime]:
+def _next_after(schedule: PoolSchedule, after: datetime, *, count: int = 1) -> datetime | None:
+    runs = _runs_after(schedule, after, count=count)
+    return runs[0] if runs else None
+
+
+def _runs_after(schedule: PoolSchedule, after: datetime, *, count: int) -> list[datetime]:
     try:
         return cron.next_runs(
-            cron.parse(schedule.cron),
-            cron.zone(schedule.timezone),
-            after=timezone.now(),
-            count=count,
+            cron.parse(schedule.cron), cron.zone(schedule.timezone), after=after, count=count
         )
     except ValidationError:
-        return []
+        return []  # checked when saved; a zone retired since then just stops firing
+
+
+def schedule_next_runs(schedule: PoolSchedule, *, count: int = 3) -> list[datetime]:
+    """The next ``count`` runs from now: the cached next run, then the ones after it."""
+    now = timezone.now()
+    first = schedule.next_run_at
+    if first is None or first <= now:
+        return _runs_after(schedule, now, count=count)
+    return [first, *_runs_after(schedule, first, count=count - 1)] if count > 1 else [first]
 
 
 def schedules_fire(
@@ -157,16 +181,22 @@ def schedules_fire(
     in the order they were due: after a beat that was down for hours, the evening's "desired 0"
     lands after the morning's "desired 4" whichever schedule was made first. Each schedule fires
     once (its latest time); its event joins ``events``, for the caller to write. Changes the
-    pool and the schedules in memory and returns the schedules that fired."""
-    due = []
+    pool and the schedules in memory and returns the schedules it changed (fired, or their
+    cached next run moved): a schedule whose cached next run is still ahead costs nothing."""
+    due, changed = [], []
     for schedule in schedules:
+        if schedule.next_run_at is not None and schedule.next_run_at > now:
+            continue
         fired = _schedule_due(schedule, now)
+        changed.append(schedule)
         if fired is not None:
             due.append((fired, schedule))
+        else:
+            schedule.next_run_at = _next_after(schedule, now)
     due.sort(key=lambda pair: (pair[0], pair[1].pk))
     for fired, schedule in due:
         _schedule_apply(pool, schedule, fired, now, events, actor)
-    return [schedule for _, schedule in due]
+    return changed
 
 
 def _schedule_due(schedule: PoolSchedule, now: datetime) -> datetime | None:
@@ -183,6 +213,7 @@ def _schedule_apply(
     pool: Pool, schedule: PoolSchedule, fired: datetime, now: datetime, events, actor: str
 ) -> None:
     schedule.last_run_at = now
+    schedule.next_run_at = _next_after(schedule, now)
     if schedule.max_size is not None:
         pool.max_size = min(schedule.max_size, pool.approved_max or schedule.max_size)
     if schedule.min_size is not None:

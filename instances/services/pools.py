@@ -153,7 +153,14 @@ def pool_create(
                 status=Pool.Status.ACTIVE,
                 **values,
             )
-            order, approval = pool_order_place(pool, request, user=user)
+            order, approval = pool_order_place(
+                pool,
+                request,
+                user=user,
+                spot_percent=spot_percent,
+                on_demand_base=on_demand_base,
+                interruption_policy=interruption_policy,
+            )
             pool.launch_order = order
             pool.approved_max = 0 if approval else max_size
             if approval:
@@ -259,7 +266,14 @@ def pool_update(*, pool: Pool, user: User, **changes) -> Pool:
                     "interruption_policy": policy,
                 },
             )
-            _, approval = pool_order_place(row, request, user=user)
+            _, approval = pool_order_place(
+                row,
+                request,
+                user=user,
+                spot_percent=values["spot_percent"],
+                on_demand_base=values["on_demand_base"],
+                interruption_policy=policy,
+            )
             if approval:
                 said.append(f"max {new_max} waits for approval ({approval})")
                 held = True

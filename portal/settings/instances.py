@@ -150,6 +150,8 @@ PORTAL_POOL_BACKOFF_MAX_SECONDS = env_int("PORTAL_POOL_BACKOFF_MAX_SECONDS", 900
 PORTAL_POOL_CAPACITY_HOLD_SECONDS = env_int("PORTAL_POOL_CAPACITY_HOLD_SECONDS", 300)
 PORTAL_POOL_LEASE_HANDOVER_SECONDS = env_int("PORTAL_POOL_LEASE_HANDOVER_SECONDS", 1800)
 PORTAL_POOL_SAMPLE_RETENTION_DAYS = env_int("PORTAL_POOL_SAMPLE_RETENTION_DAYS", 14)
+# Scheduled actions a pool may have: each is read on every view of the pool and every pass.
+PORTAL_POOL_MAX_SCHEDULES = env_int("PORTAL_POOL_MAX_SCHEDULES", 20)
 # Checkpoints: an S3 prefix under which each order gets <project>/<order>/ (s3://bucket/prefix);
 # empty on the simulated cloud means a local folder under PORTAL_CHECKPOINT_LOCAL_DIR.
 PORTAL_CHECKPOINT_S3_PREFIX = env_str("PORTAL_CHECKPOINT_S3_PREFIX")

@@ -187,6 +187,26 @@ def test_target_tracking_scales_out_respects_cooldown_and_scales_in_the_idle_hos
     assert [h.pk for h in ended] == [idle.pk]
 
 
+def test_a_pool_just_below_its_target_keeps_its_size_instead_of_flapping(make_pool, clock):
+    pool = make_pool(
+        desired=3,
+        min_size=1,
+        target_gpu_utilization=70,
+        warmup_minutes=0,
+        scale_in_minutes=5,
+    )
+    services.autoscale()
+    provision_all()
+    now = clock.now.replace(second=0, microsecond=0)
+    readings(alive(pool), start=now, minutes=5, utilization=69)
+    clock.shift(timedelta(minutes=5, seconds=30))
+    services.autoscale()
+    pool.refresh_from_db()
+    # ceil(3 x 69 / 70) = 3, the README's formula; two hosts would run at 104 %.
+    assert pool.desired == 3
+    assert not pool.events.filter(kind=PoolEvent.Kind.TARGET).exists()
+
+
 def test_hosts_being_handed_over_are_not_counted_twice_by_target_tracking(make_pool, clock):
     pool = make_pool(
         desired=2,

@@ -1,0 +1,111 @@
+"""A pool's launches pass the project's approval policy as an order would, its fallback types
+included: nlp-lab holds p4de.24xlarge and any on-demand order above $35/h for approval, and a
+pool of p4d.24xlarge ($32.77/h) falling back to p4de ($40.97/h) must not launch p4de unasked."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from instances import services
+from instances.models import Image, Pool, PoolEvent
+from portal.services import approval_policy_set
+from tests.conftest import ED25519
+from tests.instances.pool_helpers import alive
+
+
+@pytest.fixture
+def nlp_policy(projects, ada):
+    def set_it():
+        return approval_policy_set(
+            project=projects["nlp-lab"],
+            actor=ada,
+            instance_types=["p4de.24xlarge"],
+            on_demand_price_above=Decimal("35"),
+        )
+
+    return set_it
+
+
+@pytest.fixture
+def make_a100_pool(catalog, projects, carol):
+    def make(**overrides) -> Pool:
+        fields = {
+            "user": carol,
+            "project": projects["nlp-lab"],
+            "name": "llm",
+            "instance_type": catalog["p4d.24xlarge"],
+            "fallback_instance_types": ["p4de.24xlarge"],
+            "image": Image.objects.get(name="tf-2.17-cuda12.3"),
+            "ssh_public_key": ED25519,
+            "min_size": 0,
+            "desired": 1,
+            "max_size": 1,
+        }
+        fields.update(overrides)
+        return services.pool_create(**fields)
+
+    return make
+
+
+def test_a_pool_whose_fallback_needs_approval_waits_for_it_when_saved(nlp_policy, make_a100_pool):
+    nlp_policy()
+    pool = make_a100_pool()
+    assert pool.status == Pool.Status.AWAITING_APPROVAL
+    assert "p4de.24xlarge needs approval in nlp-lab" in pool.status_reason
+    assert "fallback" in pool.status_reason
+
+
+def test_a_pool_without_the_fallback_needs_no_approval(nlp_policy, make_a100_pool):
+    nlp_policy()
+    assert make_a100_pool(fallback_instance_types=[]).status == Pool.Status.ACTIVE
+
+
+def test_the_api_says_a_pool_waits_for_approval_because_of_its_fallback(
+    api_as, carol, nlp_policy, catalog
+):
+    nlp_policy()
+    answer = api_as(carol).post(
+        "/api/v1/pools/",
+        {
+            "project": "nlp-lab",
+            "name": "llm",
+            "instance_type": "p4d.24xlarge",
+            "fallback_instance_types": ["p4de.24xlarge"],
+            "image": "tf-2.17-cuda12.3",
+            "ssh_public_key": ED25519,
+            "min_size": 0,
+            "desired": 1,
+            "max_size": 1,
+        },
+        format="json",
+    )
+    assert answer.status_code == 201, answer.json()
+    assert answer.json()["status"] == "awaiting_approval"
+    assert "p4de.24xlarge needs approval" in answer.json()["status_reason"]
+
+
+def test_a_fallback_launch_needing_approval_is_held_not_launched(nlp_policy, make_a100_pool, clock):
+    pool = make_a100_pool()  # saved before the policy: nothing held it
+    nlp_policy()
+    services.autoscale()
+    (first,) = alive(pool)
+    assert first.instance_type.name == "p4d.24xlarge"
+    services.pool_capacity_refused(instance=first)
+    services.autoscale()
+    assert alive(pool) == []
+    refused = PoolEvent.objects.filter(pool=pool, kind=PoolEvent.Kind.REFUSED).get()
+    assert "p4de.24xlarge needs approval in nlp-lab" in refused.message
+    pool.refresh_from_db()
+    assert pool.blocked_markets == ["on_demand"]
+
+
+def test_an_approved_pool_launches_its_fallback(nlp_policy, make_a100_pool, ada, clock):
+    nlp_policy()
+    pool = make_a100_pool()
+    services.order_approve(order=pool.launch_order, user=ada)
+    services.autoscale()
+    services.pool_capacity_refused(instance=alive(pool)[0])
+    services.autoscale()
+    assert [h.instance_type.name for h in alive(pool)] == ["p4de.24xlarge"]

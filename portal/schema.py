@@ -16,6 +16,7 @@ The property-based fuzz (tests/test_api_fuzz.py) holds the schema to what the AP
 from __future__ import annotations
 
 from django import forms
+from django.conf import settings
 from django.db import DatabaseError
 from drf_spectacular.contrib.django_filters import DjangoFilterExtension
 from drf_spectacular.openapi import AutoSchema
@@ -29,6 +30,10 @@ ERRORS = {
     "403": "Signed in, but not allowed to do this.",
     "404": "No such object, or not one the caller may see.",
     "409": "The state of things refuses it (quota, budget, a host's status).",
+    # audit.limits answers it for every path, before any view; the limits are read from
+    # settings when the schema is generated.
+    "414": "The path is longer than {path} characters or the query string longer than {query} "
+    "(`uri_too_long`); send fewer or shorter parameters.",
     "429": "Too many requests or failed sign-ins; `Retry-After` says when to try again.",
 }
 # Text with something in it besides whitespace, and no NUL (which PostgreSQL cannot hold).
@@ -42,7 +47,9 @@ class PortalAutoSchema(AutoSchema):
         for status, description in ERRORS.items():
             if status not in responses:
                 error = self._get_response_for_code(ErrorSerializer, status, direction=direction)
-                error["description"] = description
+                error["description"] = description.format(
+                    path=settings.PORTAL_MAX_PATH_LENGTH, query=settings.PORTAL_MAX_QUERY_LENGTH
+                )
                 responses[status] = error
         return responses
 

@@ -72,5 +72,7 @@ urlpatterns = [
     path("api/v1/docs/", ApiDocsView.as_view(url_name="api-schema"), name="api-docs"),
 ]
 
-# 404 and 403 are Django's own views with templates/404.html and 403.html.
+# 403 is Django's own view with templates/403.html; 404 is too (templates/404.html) but for
+# paths under /api/, which answer the API's JSON error.
+handler404 = "portal.views.errors.not_found"
 handler500 = "portal.views.errors.server_error"

@@ -29,8 +29,15 @@ MAX_MESSAGE = 300
 MAX_DETAIL = 2000
 
 NUL = "\x00"
-# An empty query parameter is the same as none: documented as a valid value.
-EMPTY = {"type": "string", "enum": [""]}
+
+
+def empty_is_none(parameter: dict) -> dict:
+    """An optional query parameter sent empty (``?page=``, as the pages' forms send blank fields)
+    is the same as none: documented as ``allowEmptyValue`` beside the value's own schema, so a
+    generated client sees one plain optional parameter, not a union with an empty-string type."""
+    return {**parameter, "allowEmptyValue": True}
+
+
 NUL_MESSAGE = "Null characters are not allowed."
 
 
@@ -124,30 +131,28 @@ class Pagination(PageNumberPagination):
 
     def get_schema_operation_parameters(self, view):
         return [
-            {
-                "name": self.page_query_param,
-                "required": False,
-                "in": "query",
-                "description": "A page number (1 is the first); past the last page: 404.",
-                "schema": {
-                    "anyOf": [{"type": "integer", "minimum": 1, "maximum": LAST_PAGE}, EMPTY]
-                },
-            },
-            {
-                "name": self.page_size_query_param,
-                "required": False,
-                "in": "query",
-                "description": (
-                    f"Results per page (default {self.page_size}, at most {self.max_page_size}; "
-                    f"a larger page_size answers 400, it is not cut down)."
-                ),
-                "schema": {
-                    "anyOf": [
-                        {"type": "integer", "minimum": 1, "maximum": self.max_page_size},
-                        EMPTY,
-                    ]
-                },
-            },
+            empty_is_none(
+                {
+                    "name": self.page_query_param,
+                    "required": False,
+                    "in": "query",
+                    "description": "A page number (1 is the first); past the last page: 404.",
+                    "schema": {"type": "integer", "minimum": 1, "maximum": LAST_PAGE},
+                }
+            ),
+            empty_is_none(
+                {
+                    "name": self.page_size_query_param,
+                    "required": False,
+                    "in": "query",
+                    "description": (
+                        f"Results per page (default {self.page_size}, at most "
+                        f"{self.max_page_size}; a larger page_size answers 400, it is not cut "
+                        f"down)."
+                    ),
+                    "schema": {"type": "integer", "minimum": 1, "maximum": self.max_page_size},
+                }
+            ),
         ]
 
 

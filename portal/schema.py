@@ -7,8 +7,10 @@ Done here once, not per view, so a new view cannot forget:
 - a request body that refuses unknown fields says ``additionalProperties: false``;
 - a text field that refuses blanks says so with a pattern (it is trimmed first);
 - a filter parameter is documented from the form field that checks it (type, bounds, choices,
-  decimal places), and as empty-or-that: an empty parameter is no filter (the pages send empty
-  fields), so an empty value is valid input, not an error.
+  decimal places) as what a client sends: a yes/no filter is a boolean, a name from the catalog
+  (an instance type, a GPU model) is a string the server checks (an enum would change with
+  every catalog sync and break generated clients), and an empty parameter is no filter (the
+  pages send empty fields), said once as ``allowEmptyValue`` rather than as a union type.
 
 The property-based fuzz (tests/test_api_fuzz.py) holds the schema to what the API does.
 """
@@ -16,12 +18,12 @@ The property-based fuzz (tests/test_api_fuzz.py) holds the schema to what the AP
 from __future__ import annotations
 
 from django import forms
-from django.db import DatabaseError
+from django.conf import settings
 from drf_spectacular.contrib.django_filters import DjangoFilterExtension
 from drf_spectacular.openapi import AutoSchema
 from rest_framework import serializers
 
-from portal.rest import EMPTY, ErrorSerializer
+from portal.rest import YES_NO, ErrorSerializer, empty_is_none
 
 ERRORS = {
     "400": "The input is not valid; `fields` names what to change.",
@@ -29,6 +31,10 @@ ERRORS = {
     "403": "Signed in, but not allowed to do this.",
     "404": "No such object, or not one the caller may see.",
     "409": "The state of things refuses it (quota, budget, a host's status).",
+    # audit.limits answers it for every path, before any view; the limits are read from
+    # settings when the schema is generated.
+    "414": "The path is longer than {path} characters or the query string longer than {query} "
+    "(`uri_too_long`); send fewer or shorter parameters.",
     "429": "Too many requests or failed sign-ins; `Retry-After` says when to try again.",
 }
 # Text with something in it besides whitespace, and no NUL (which PostgreSQL cannot hold).
@@ -42,9 +48,22 @@ class PortalAutoSchema(AutoSchema):
         for status, description in ERRORS.items():
             if status not in responses:
                 error = self._get_response_for_code(ErrorSerializer, status, direction=direction)
-                error["description"] = description
+                error["description"] = description.format(
+                    path=settings.PORTAL_MAX_PATH_LENGTH, query=settings.PORTAL_MAX_QUERY_LENGTH
+                )
                 responses[status] = error
         return responses
+
+    def _get_parameters(self):
+        parameters = super()._get_parameters()
+        for index, parameter in enumerate(parameters):
+            schema = parameter.get("schema", {})
+            if parameter.get("in") == "query" and "" in schema.get("enum", ()):
+                # A declared parameter (OpenApiParameter) whose choices include "" for "no
+                # choice": said as allowEmptyValue, so a client gets a plain enum of the choices.
+                schema["enum"] = [value for value in schema["enum"] if value != ""]
+                parameters[index] = empty_is_none(parameter)
+        return parameters
 
     def _resolve_path_parameters(self, variables):
         parameters = super()._resolve_path_parameters(variables)
@@ -78,16 +97,22 @@ class PortalAutoSchema(AutoSchema):
         return schema
 
 
-def form_field_schema(field: forms.Field) -> dict | None:
-    """The schema of one query value as the form field that checks it accepts it."""
+# A name from the catalog (or any table): text the server checks against what exists now.
+NAME = {"type": "string", "pattern": NO_NUL}
+
+
+def form_field_schema(field: forms.Field, *, choices_read_when_asked: bool = False) -> dict | None:
+    """The schema of one query value as the form field that checks it accepts it.
+
+    Choices read from the database when asked (a ModelChoiceField, a callable) are the catalog:
+    documented as a name, never as an enum of today's rows."""
+    if isinstance(field, forms.ModelChoiceField) or choices_read_when_asked:
+        return NAME
     if isinstance(field, forms.MultipleChoiceField | forms.ChoiceField):
-        try:
-            values = [str(value) for value, _ in field.choices if value != ""]
-        except DatabaseError:
-            # Choices read from the catalog, asked where there is no database yet (manage.py
-            # check): documented as text.
-            values = []
-        return {"type": "string", "enum": values} if values else {"type": "string"}
+        values = [str(value) for value, _ in field.choices if value != ""]
+        if set(values) == {value for value, _ in YES_NO}:
+            return {"type": "boolean"}
+        return {"type": "string", "enum": values}
     if isinstance(field, forms.DecimalField):
         return {"type": "string", "pattern": decimal_pattern(field)}
     if isinstance(field, forms.IntegerField):
@@ -137,12 +162,15 @@ class FormFieldFilterExtension(DjangoFilterExtension):
         parameters = super().resolve_filter_field(
             auto_schema, model, filterset_class, field_name, filter_field
         )
-        exact = form_field_schema(filter_field.field)
+        exact = form_field_schema(
+            filter_field.field, choices_read_when_asked=callable(filter_field.extra.get("choices"))
+        )
         if exact is None:
             return parameters
         for parameter in parameters:
             if parameter["schema"].get("type") == "array":
-                parameter["schema"]["items"] = exact
+                parameter["schema"]["items"] = dict(exact)
             else:
-                parameter["schema"] = {"anyOf": [exact, EMPTY]}
+                parameter["schema"] = dict(exact)
+                parameter.update(empty_is_none(parameter))
         return parameters

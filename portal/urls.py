@@ -4,6 +4,7 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
+from rest_framework.throttling import ScopedRateThrottle
 
 from audit.api import AuditEventViewSet
 from billing.api import BudgetViewSet, CostViewSet
@@ -20,13 +21,26 @@ from portal.api import ProjectViewSet, QuotaRequestViewSet, QuotaViewSet, TokenV
 from portal.views import account, dashboard, health, idle, notices, quota_requests, quotas
 
 
+class ApiSchemaView(SpectacularAPIView):
+    """The OpenAPI schema, open to anyone (see SPECTACULAR_SETTINGS["SERVE_PERMISSIONS"]).
+
+    It is generated on every request, seconds of CPU on a busy machine, so callers who are not
+    signed in are held to a rate per address (PORTAL_SCHEMA_ANON_RATE); signed-in callers are
+    not limited."""
+
+    throttle_scope = "anon-schema"
+
+    def get_throttles(self):
+        return [] if self.request.user.is_authenticated else [ScopedRateThrottle()]
+
+
 class ApiDocsView(SpectacularSwaggerSplitView):
-    """Swagger UI for people in a browser: signs them in first, like every other page.
+    """Swagger UI for people in a browser, open to anyone, as the schema it shows is (see
+    SPECTACULAR_SETTINGS["SERVE_PERMISSIONS"]); trying a call needs a token or a session.
 
     The split view serves Swagger UI's start-up script at ``?script`` rather than inline, and
     the template keeps its page styles in a static file: the CSP allows neither inline."""
 
-    is_page = True
     template_name = "portal/api_docs.html"
 
 
@@ -77,9 +91,11 @@ urlpatterns = [
         name="instance-metrics",
     ),
     path("api/v1/", include(router.urls)),
-    path("api/v1/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/v1/schema/", ApiSchemaView.as_view(), name="api-schema"),
     path("api/v1/docs/", ApiDocsView.as_view(url_name="api-schema"), name="api-docs"),
 ]
 
-# 404 and 403 are Django's own views with templates/404.html and 403.html.
+# 403 is Django's own view with templates/403.html; 404 is too (templates/404.html) but for
+# paths under /api/, which answer the API's JSON error.
+handler404 = "portal.views.errors.not_found"
 handler500 = "portal.views.errors.server_error"

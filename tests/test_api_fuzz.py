@@ -267,6 +267,11 @@ def give_real_references(case, world: World, who: str) -> None:
         ):
             names = [name for name, _ in world.pairs]
             query["instance_type"] = _pick(names, query["instance_type"])
+        if path == "/api/v1/instance-types/" and query.get("gpu_model"):
+            # A GPU model is a name the server checks against the catalog, not a schema enum.
+            drawn = query["gpu_model"]
+            drawn = drawn if isinstance(drawn, list) else [drawn]
+            query["gpu_model"] = [_pick(world.gpu_models, item) for item in drawn]
         if path == "/api/v1/costs/":
             _real_report_query(query, world, who)
 

@@ -121,6 +121,63 @@ def test_a_lone_surrogate_in_a_lookup_answers_400(api_as, world, order_body, fie
     assert not Order.objects.exists()
 
 
+# A body that holds half a UTF-16 pair anywhere is refused by the JSON parser, for every
+# endpoint: an error that echoed it (an unknown key, a choice) once failed to render (500).
+LONE_KEY = '{"\\ud800": 1}'
+LONE_VALUE = '{"market": "spot\\udc00"}'
+
+
+@pytest.fixture
+def surrogate_targets(world, place_order):
+    from portal.services import quota_set
+
+    order = place_order(world["alice"], market="spot")
+    quota = quota_set(project=order.project, actor=world["ada"], max_gpus=8)
+    return {
+        "order": ("post", "/api/v1/orders/"),
+        "pool": ("post", "/api/v1/pools/"),
+        "cancel": ("post", f"/api/v1/orders/{order.pk}/cancel/"),
+        "quota": ("patch", f"/api/v1/quotas/{quota.pk}/"),
+    }
+
+
+@pytest.mark.parametrize("target", ["order", "pool", "cancel", "quota"])
+@pytest.mark.parametrize(
+    ("raw", "field", "point"),
+    [(LONE_KEY, "\\ud800", "D800"), (LONE_VALUE, "market", "DC00")],
+    ids=["key", "value"],
+)
+def test_a_lone_surrogate_anywhere_in_a_body_answers_400_and_changes_nothing(
+    api_as, world, surrogate_targets, target, raw, field, point
+):
+    method, url = surrogate_targets[target]
+    before = (Order.objects.count(), Order.objects.filter(status="cancelled").count())
+    quota_before = Quota.objects.values("max_gpus", "updated_at").get()
+    client = api_as(world["ada"])
+    response = getattr(client, method)(url, raw, content_type="application/json")
+    body = refused(response, field)
+    assert body["code"] == "surrogate_characters_not_allowed"
+    assert body["fields"][field] == [f"Surrogate characters are not allowed: U+{point}."]
+    assert (Order.objects.count(), Order.objects.filter(status="cancelled").count()) == before
+    assert Quota.objects.values("max_gpus", "updated_at").get() == quota_before
+
+
+def test_a_lone_surrogate_deep_in_a_body_is_named_by_its_path(api_as, world):
+    raw = '{"items": [{"tags": {"ok": "x", "bad": "\\ud83d"}}]}'
+    response = api_as(world["alice"]).post("/api/v1/orders/", raw, content_type="application/json")
+    body = refused(response, "items.0.tags.bad")
+    assert body["fields"] == {"items.0.tags.bad": ["Surrogate characters are not allowed: U+D83D."]}
+
+
+def test_a_whole_utf16_pair_is_ordinary_text(api_as, world, order_body):
+    """An emoji escaped as its pair is one character: an unknown key spelled so is echoed."""
+    raw = json.dumps(order_body(**{"\U0001f600": 1}), ensure_ascii=True)
+    assert "\\ud83d\\ude00" in raw
+    response = api_as(world["alice"]).post("/api/v1/orders/", raw, content_type="application/json")
+    body = refused(response, "\U0001f600")
+    assert body["code"] == "unknown_field"
+
+
 def test_a_nul_in_the_token_endpoints_username_answers_400(api, world):
     response = api.post(
         "/api/v1/auth/tokens/", {"username": "al\x00ice", "password": "x"}, format="json"

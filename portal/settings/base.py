@@ -274,7 +274,11 @@ REST_FRAMEWORK = {
     ],
     "COERCE_DECIMAL_TO_STRING": True,
     # The token endpoint has its own limit, besides the per-account lockout.
-    "DEFAULT_THROTTLE_RATES": {"auth-token": env_str("PORTAL_TOKEN_RATE", "10/minute")},
+    # The public schema costs seconds to generate: callers not signed in get it at this rate.
+    "DEFAULT_THROTTLE_RATES": {
+        "auth-token": env_str("PORTAL_TOKEN_RATE", "10/minute"),
+        "anon-schema": env_str("PORTAL_SCHEMA_ANON_RATE", "30/minute"),
+    },
     # Throttles key on the address the audit log records, never on a client's X-Forwarded-For.
     "NUM_PROXIES": env_int("PORTAL_TRUSTED_PROXIES", 0),
 }
@@ -283,7 +287,11 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Order TensorFlow-ready GPU hosts, watch them run, see what they cost.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
-    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    # The schema of a public API is public: it says what the API takes and answers, not what
+    # is in it (no catalog names, no users, no projects), and a client generator or a person
+    # deciding whether to ask for an account may read it without one. Every operation in it
+    # still needs a session or a token.
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "COMPONENT_SPLIT_REQUEST": True,
     # Request bodies are documented as JSON, the one form every endpoint's fields fit (lists,
     # objects, null); form posts still work for the browsable API.

@@ -31,11 +31,19 @@ def test_anonymous_api_call_is_refused(client, catalog, path):
     assert response.json()["code"] == "not_authenticated"
 
 
-def test_anonymous_schema_is_refused_and_docs_send_people_to_login(client, db):
-    assert client.get("/api/v1/schema/").status_code in (401, 403)
-    response = client.get("/api/v1/docs/")
-    assert response.status_code == 302
-    assert response["Location"].startswith(reverse("login"))
+def test_anonymous_callers_read_the_schema_and_its_docs_but_call_nothing(client, catalog, projects):
+    """The schema of a public API is public; what it describes still needs a login."""
+    schema = client.get("/api/v1/schema/?format=json")
+    assert schema.status_code == 200
+    assert "/api/v1/orders/" in schema.json()["paths"]
+    # It names no catalog row, user or project: only what the API takes and answers.
+    assert "g5.xlarge" not in schema.content.decode()
+    assert "vision-lab" not in schema.content.decode()
+    docs = client.get("/api/v1/docs/")
+    assert docs.status_code == 200
+    assert "swagger-ui" in docs.content.decode()
+    assert client.get("/api/v1/docs/?script").status_code == 200
+    assert client.get("/api/v1/orders/").status_code == 401
 
 
 def test_login_page_is_in_the_portal_look(client, db):
@@ -87,3 +95,19 @@ def test_admin_lists_filter_and_search(client, ada, alice, catalog, path):
     client.force_login(ada)
     response = client.get(path)
     assert response.status_code == 200
+
+
+def test_anonymous_schema_fetches_are_rate_limited_but_signed_in_ones_are_not(client, alice):
+    from rest_framework.settings import api_settings
+
+    api_settings.DEFAULT_THROTTLE_RATES["anon-schema"] = "2/minute"
+    try:
+        anonymous = [client.get("/api/v1/schema/?format=json") for _ in range(3)]
+        client.force_login(alice)
+        signed_in = [client.get("/api/v1/schema/?format=json").status_code for _ in range(3)]
+    finally:
+        api_settings.DEFAULT_THROTTLE_RATES["anon-schema"] = "30/minute"
+    assert [response.status_code for response in anonymous] == [200, 200, 429]
+    assert anonymous[2].json()["code"] == "throttled"
+    assert int(anonymous[2]["Retry-After"]) > 0
+    assert signed_in == [200, 200, 200]

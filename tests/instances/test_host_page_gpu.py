@@ -95,3 +95,19 @@ def test_the_chart_sits_above_the_timeline_and_survives_the_panels_polls(
     panel = client.get(f"/hosts/{host.pk}/panel/").content.decode()
     assert 'id="gpu-chart-keep" hx-preserve' in panel
     assert 'data-memory-total-gib="24"' in panel
+
+
+def test_an_ended_host_without_readings_says_so_without_an_empty_chart(
+    clock, client, running_host, alice
+):
+    host = running_host()
+    services.instance_transition(
+        instance=host, to=Instance.Status.TERMINATING, reason="test", actor="alice"
+    )
+    services.instance_transition(
+        instance=host, to=Instance.Status.TERMINATED, reason="test", actor="alice"
+    )
+    client.force_login(alice)
+    page = client.get(f"/hosts/{host.pk}/").content.decode()
+    assert "No GPU readings in the last 24 h: this host is terminated." in page
+    assert '<div class="gpu-chart-box" hidden>' in page

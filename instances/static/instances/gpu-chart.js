@@ -26,7 +26,7 @@
       if (!answer.ok) return;
       const series = points(await answer.json());
       if (empty) empty.hidden = series.labels.length > 0;
-      canvas.hidden = series.labels.length === 0;
+      canvas.parentElement.hidden = series.labels.length === 0;
       if (chart) {
         chart.data.labels = series.labels.map(label);
         chart.data.datasets[0].data = series.utilization;

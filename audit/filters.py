@@ -13,7 +13,7 @@ from django import forms
 from django.db.models import Q
 from django.utils import timezone
 
-from audit.models import AuditEvent, Outcome
+from audit.models import SYSTEM_ACTOR_PREFIX, AuditEvent, Outcome
 
 METHODS = ["GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH", "DELETE", "TASK", "COMMAND"]
 _STATUS = re.compile(r"^(?:[1-5][0-9]{2}|[1-5]xx|0)$")
@@ -121,6 +121,11 @@ class AuditEventFilter(django_filters.FilterSet):
     request_id = django_filters.CharFilter(
         lookup_expr="exact", max_length=64, help_text="The X-Request-ID of one call"
     )
+    system = django_filters.ChoiceFilter(
+        choices=[("all", "all"), ("hide", "hide"), ("only", "only")],
+        method="filter_system",
+        help_text="Rows of system:* actors (tasks, commands): all (the default), hide or only",
+    )
     q = django_filters.CharFilter(
         method="filter_anything",
         max_length=200,
@@ -142,6 +147,16 @@ class AuditEventFilter(django_filters.FilterSet):
         self.form.fields["outcome"].error_messages["invalid_choice"] = (
             "%(value)s is not an outcome; outcome accepts success, denied or error."
         )
+        self.form.fields["system"].error_messages["invalid_choice"] = (
+            "%(value)s is not a choice; system accepts all, hide or only."
+        )
+
+    def filter_system(self, queryset, name, value):
+        if value == "hide":
+            return queryset.exclude(actor_username__startswith=SYSTEM_ACTOR_PREFIX)
+        if value == "only":
+            return queryset.filter(actor_username__startswith=SYSTEM_ACTOR_PREFIX)
+        return queryset
 
     def filter_anything(self, queryset, name, value):
         value = value.strip()

@@ -33,6 +33,10 @@ class AuditEventQuerySet(models.QuerySet):
         return self.filter(actor_id=user.pk)
 
 
+# The actor of a task's or a command's row: system:<name> (audit_record_system).
+SYSTEM_ACTOR_PREFIX = "system:"
+
+
 class AuditEvent(models.Model):
     """One audited call: an API call, an unsafe page request, a sign-in, an admin action, or
     a state change made by a Celery task or a management command (actor ``system:<name>``).

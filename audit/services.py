@@ -24,6 +24,7 @@ from django.utils import timezone
 from audit import chain, timing
 from audit.context import current_request_id, current_task_started, new_request_id
 from audit.models import (
+    SYSTEM_ACTOR_PREFIX,
     AuditChainLink,
     AuditCheckpoint,
     AuditEvent,
@@ -146,7 +147,7 @@ def audit_record_system(
         "time": timezone.now(),
         "request_id": request_id or current_request_id.get() or new_request_id(),
         "actor_id": None,
-        "actor_username": clean_text(f"system:{name}", 150),
+        "actor_username": clean_text(f"{SYSTEM_ACTOR_PREFIX}{name}", 150),
         "actor_role": "system",
         "auth_method": "system",
         "source_ip": "",

@@ -29,12 +29,18 @@ def _require_admin(request: HttpRequest) -> None:
         raise PermissionDenied("Only portal admins can read the audit log.")
 
 
-def _filtered(request: HttpRequest, queryset) -> AuditEventFilter:
-    return AuditEventFilter(data=request.GET, queryset=queryset)
+def _filtered(request: HttpRequest, queryset, **defaults: str) -> AuditEventFilter:
+    """The filters the request names, plus ``defaults`` for those it does not."""
+    data = request.GET
+    if any(name not in data for name in defaults):
+        data = data.copy()
+        for name, value in defaults.items():
+            data.setdefault(name, value)
+    return AuditEventFilter(data=data, queryset=queryset)
 
 
-def _query_without(request: HttpRequest, *names: str) -> str:
-    params = request.GET.copy()
+def _query_without(params, *names: str) -> str:
+    params = params.copy()
     for name in names:
         params.pop(name, None)
     return params.urlencode()
@@ -54,16 +60,21 @@ def _page_context(request: HttpRequest, filterset: AuditEventFilter) -> dict:
         "events": status.annotate_chain(page.object_list) if page else [],
         "methods": METHODS,
         "outcomes": Outcome.choices,
-        "query": _query_without(request, "page"),
+        "query": _query_without(request.GET, "page"),
+        # With the page's defaults, so that an export holds the rows the page shows.
+        "export_query": _query_without(filterset.data, "page"),
+        "system": filterset.data.get("system", ""),
+        "system_choices": [("hide", "hide"), ("all", "show"), ("only", "only")],
         "filtered": any(value for key, value in request.GET.items() if key != "page"),
     }
 
 
 @require_GET
 def events(request: HttpRequest) -> HttpResponse:
-    """The whole log, newest first, with filters, paging and exports (admins only)."""
+    """The whole log, newest first, with filters, paging and exports (admins only). The tasks'
+    and commands' system:* rows, most of the log, are hidden until asked for."""
     _require_admin(request)
-    filterset = _filtered(request, AuditEvent.objects.for_user(request.user))
+    filterset = _filtered(request, AuditEvent.objects.for_user(request.user), system="hide")
     context = _page_context(request, filterset)
     return render(request, "audit/events.html", context, status=400 if context["errors"] else 200)
 

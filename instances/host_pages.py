@@ -21,7 +21,12 @@ from django.views.decorators.http import require_POST
 from instances import services
 from instances.checkpoints import backup_dir
 from instances.models import ACTIONS, Instance, Order
-from instances.selectors import held_orders, hosts_named, latest_gpu_readings
+from instances.selectors import (
+    gpu_first_reading_at,
+    held_orders,
+    hosts_named,
+    latest_gpu_readings,
+)
 from instances.services.idle import idle_since
 from instances.services.leases import in_words
 from instances.usage import cost_notes, costs_so_far, rate_now, running_seconds
@@ -147,10 +152,17 @@ def _visible_instance(request: HttpRequest, pk) -> Instance:
     )
 
 
+# The host page's chart asks the metrics API for its default window, a day.
+GPU_CHART_HOURS = 24
+
+
 def _host_context(request: HttpRequest, instance: Instance) -> dict:
     now = timezone.now()
     events = list(instance.events.all())
     policy = IdlePolicy.objects.filter(project_id=instance.project_id, enabled=True).first()
+    gpu = latest_gpu_readings([instance.pk], now=now).get(instance.pk)
+    window = now - timedelta(hours=GPU_CHART_HOURS)
+    first = gpu_first_reading_at(instance, since=window)
     return {
         "i": instance,
         "events": list(reversed(events)),
@@ -166,7 +178,13 @@ def _host_context(request: HttpRequest, instance: Instance) -> dict:
         "now": now,
         "moving": instance.status in Instance.MOVING or instance.status == "requested",
         "extendable": instance.status in Instance.LEASED and instance.lease_expires_at,
-        "gpu": latest_gpu_readings([instance.pk], now=now).get(instance.pk),
+        "gpu": gpu,
+        # GiB, as the memory is sold; to the nearest one (a reading's precision is a MiB).
+        "gpu_memory_used_gib": round(gpu["memory_used_mib"] / 1024) if gpu else None,
+        # The chart shows the day only once it holds a day: before, it says since when.
+        "gpu_since": first if first and first > window + timedelta(hours=1) else None,
+        "gpu_has_readings": first is not None,
+        "gpu_chart_hours": GPU_CHART_HOURS,
         "idle_policy": policy,
         "idle_for": (
             in_words(now - idle_since(instance, policy))

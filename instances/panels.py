@@ -69,19 +69,26 @@ def quota_panel(user: User, projects: list[Project]) -> Panel:
     return Panel(template="instances/_dashboard_quota.html", place="card", by_project=by_project)
 
 
+# How many of the viewer's live hosts the dashboard lists; My hosts has them all.
+DASHBOARD_HOSTS = 6
+
+
 def hosts_panel(user: User, projects: list[Project]) -> Panel | None:
-    """Beside the cards: the viewer's newest live hosts and their orders waiting for a yes."""
+    """Beside the cards: the viewer's newest live hosts (by name, with a link to the rest) and
+    their orders waiting for a yes."""
     if not permissions.can_order(user):
         return None
+    live = Instance.objects.filter(owner=user, status__in=Instance.LIVE)
     return Panel(
         template="instances/_dashboard_hosts.html",
         place="aside",
         context={
             "my_hosts": list(
-                Instance.objects.filter(owner=user, status__in=Instance.LIVE)
-                .select_related("instance_type", "project")
-                .order_by("-created_at")[:6]
+                live.select_related("instance_type", "project").order_by("-created_at")[
+                    :DASHBOARD_HOSTS
+                ]
             ),
+            "live_count": live.count(),
             "waiting": list(
                 Order.objects.filter(
                     requester=user, status=Order.Status.PENDING_APPROVAL

@@ -81,11 +81,16 @@ def held_orders(user, *, mine: bool = True) -> list[dict]:
 
 
 def latest_gpu_readings(instance_ids, *, now: datetime) -> dict:
-    """Each host's current GPU reading (its newest, if no older than
-    PORTAL_TELEMETRY_FRESH_MINUTES), by instance id: one query for a whole list."""
+    """Each running host's current GPU reading (its newest, if no older than
+    PORTAL_TELEMETRY_FRESH_MINUTES), by instance id: one query for a whole list. A host that
+    is not running has no GPU "now", however fresh its last minute is."""
     fresh_after = now - timedelta(minutes=settings.PORTAL_TELEMETRY_FRESH_MINUTES)
     rows = (
-        GpuReading.objects.filter(instance_id__in=list(instance_ids), minute__gte=fresh_after)
+        GpuReading.objects.filter(
+            instance_id__in=list(instance_ids),
+            instance__status=Instance.Status.RUNNING,
+            minute__gte=fresh_after,
+        )
         .order_by("instance_id", "-minute")
         .values("instance_id", "minute", "utilization", "memory_used_mib")
     )
@@ -93,6 +98,24 @@ def latest_gpu_readings(instance_ids, *, now: datetime) -> dict:
     for row in rows:
         latest.setdefault(row["instance_id"], row)
     return latest
+
+
+def gpu_first_reading_at(instance: Instance, *, since: datetime) -> datetime | None:
+    """When the host's oldest reading (an hour or a minute) from ``since`` on was taken: how
+    far back its chart really reaches."""
+    hour = (
+        GpuHourlyReading.objects.filter(instance=instance, hour__gte=since)
+        .order_by("hour")
+        .values_list("hour", flat=True)
+        .first()
+    )
+    minute = (
+        GpuReading.objects.filter(instance=instance, minute__gte=since)
+        .order_by("minute")
+        .values_list("minute", flat=True)
+        .first()
+    )
+    return min((at for at in (hour, minute) if at is not None), default=None)
 
 
 def gpu_series(instance: Instance, *, since: datetime, until: datetime) -> list[dict]:

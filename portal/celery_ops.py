@@ -4,7 +4,9 @@ Beat's heartbeat: when beat sends a periodic task (django-celery-beat names it i
 ``periodic_task_name`` header), the time is stored per task, in Redis when the broker is Redis
 and in a small JSON file under ``var/`` for the embedded default. /health/ and /metrics read it
 there, so the web process knows whether beat is alive without asking beat. The schedule comes
-from CELERY_BEAT_SCHEDULE; an entry is stale when its last run is older than two periods.
+from CELERY_BEAT_SCHEDULE; an entry is stale when two of its periods have passed since its last
+run, or since beat started when that is later (beat sends a task first one period after it
+starts, so a daily task that has not run yet is not late on the demo's first day).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ log = logging.getLogger(__name__)
 
 BEAT_KEY = "portal:beat:last_run"
 BEAT_FILE = "beat-last-run.json"
+BEAT_STARTED_KEY = "portal:beat:started"
+BEAT_STARTED_FILE = "beat-started.json"
 _started: dict[str, float] = {}
 _in_beat = False
 
@@ -103,17 +107,42 @@ def beat_last_runs() -> dict[str, float]:
     return _read_file(Path(settings.VAR_DIR) / BEAT_FILE)
 
 
+def beat_started_record(at: float | None = None) -> None:
+    """Note that beat started now (seconds since the epoch)."""
+    at = time.time() if at is None else at
+    if _uses_redis():
+        _redis().set(BEAT_STARTED_KEY, repr(at))
+        return
+    path = Path(settings.VAR_DIR) / BEAT_STARTED_FILE
+    spare = path.with_suffix(f".{os.getpid()}.tmp")
+    spare.write_text(json.dumps({"started": at}))
+    spare.replace(path)
+
+
+def beat_started_at() -> float | None:
+    """When beat last started (seconds since the epoch), or None if it never did."""
+    if _uses_redis():
+        raw = _redis().get(BEAT_STARTED_KEY)
+        return float(raw) if raw is not None else None
+    return _read_file(Path(settings.VAR_DIR) / BEAT_STARTED_FILE).get("started")
+
+
 def beat_clear() -> None:
     if _uses_redis():
-        _redis().delete(BEAT_KEY)
+        _redis().delete(BEAT_KEY, BEAT_STARTED_KEY)
     else:
         (Path(settings.VAR_DIR) / BEAT_FILE).unlink(missing_ok=True)
+        (Path(settings.VAR_DIR) / BEAT_STARTED_FILE).unlink(missing_ok=True)
 
 
 @beat_init.connect(dispatch_uid="portal.ops.beat_init")
 def _beat_started(sender=None, **kwargs):
     global _in_beat
     _in_beat = True
+    try:
+        beat_started_record()
+    except Exception:
+        log.warning("beat: could not record its start", exc_info=True)
 
 
 @before_task_publish.connect(dispatch_uid="portal.ops.beat_publish")
@@ -145,25 +174,30 @@ class BeatState:
 
 
 def beat_state(now: float | None = None) -> BeatState:
-    """Alive when every scheduled task ran within two of its periods; else which did not."""
+    """Alive when every scheduled task ran within two of its periods (counted from beat's start
+    when that is later than the task's last run); else which did not."""
     now = time.time() if now is None else now
     runs = beat_last_runs()
-    if not runs:
+    started = beat_started_at()
+    if not runs and started is None:
         return BeatState(False, "beat has never sent a periodic task", [])
     stale = []
     for name, entry in settings.CELERY_BEAT_SCHEDULE.items():
         period = _period(entry)
         if period is None:
             continue
-        last = runs.get(name)
-        if last is None or now - last > 2 * period:
+        since = max(runs.get(name, 0.0), started or 0.0)
+        if now - since > 2 * period:
             stale.append(name)
     if stale:
-        newest = now - max(runs.values())
+        last_sign = (
+            f"beat's last send was {now - max(runs.values()):.0f} s ago"
+            if runs
+            else f"beat started {now - started:.0f} s ago and has sent nothing since"
+        )
         return BeatState(
             False,
-            f"no run within two periods of {', '.join(sorted(stale))}; "
-            f"beat's last send was {newest:.0f} s ago",
+            f"no run within two periods of {', '.join(sorted(stale))}; {last_sign}",
             sorted(stale),
         )
     return BeatState(True, "ok", [])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from portal.env import env_float, env_str
+from portal.env import env_bool, env_float, env_str
 from portal.settings.audit import MIDDLEWARE  # the audit middleware first, then ours after it
 from portal.settings.base import CELERY_BROKER_URL, SECURE_REDIRECT_EXEMPT
 
@@ -56,6 +56,15 @@ LOGGING["formatters"] = {
     "json": {"()": "audit.logs.JsonFormatter"},
 }
 LOGGING["handlers"]["console"].update(formatter=PORTAL_LOG_FORMAT, filters=["request_id"])
+# The development server's line per request ("GET /hosts/rows/ HTTP/1.1" 200): off by default,
+# since the pages' htmx polls print about 45 a minute and scroll make run's banner away; its
+# 4xx and 5xx lines (warnings, errors) still print. gunicorn's access log is its own setting.
+PORTAL_REQUEST_LOG = env_bool("PORTAL_REQUEST_LOG", False)
+LOGGING["loggers"]["django.server"] = {
+    "handlers": ["console"],
+    "level": "INFO" if PORTAL_REQUEST_LOG else "WARNING",
+    "propagate": False,
+}
 if CELERY_BROKER_URL.startswith("filesystem://"):
     # kombu warns "No hostname was supplied" each time it copies a connection whose URL has no
     # host, which a folder never has: noise in make run's output every few seconds.

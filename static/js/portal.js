@@ -214,3 +214,11 @@ document.addEventListener("htmx:beforeRequest", (event) => {
   const dialog = document.getElementById("confirm-dialog");
   if (element.querySelector("details[open]") || (dialog && dialog.open)) event.preventDefault();
 });
+
+// Filter forms in a <details data-fold-narrow> start folded on a phone (unless some filter is
+// set: data-keep-open), so the results are on the first screen; open elsewhere.
+document.querySelectorAll("details[data-fold-narrow]").forEach((fold) => {
+  if (window.matchMedia("(max-width: 820px)").matches && fold.dataset.keepOpen === undefined) {
+    fold.open = false;
+  }
+});

@@ -79,7 +79,10 @@ def test_paging_keeps_the_filters(web, ada, alice):
     make_events(60, actor_id=alice.pk, actor_username="alice")
     html = page(web(ada).get("/audit/?actor=alice"))
     assert html.select_one('a[rel="next"]')["href"] == "?actor=alice&page=2"
-    assert html.select_one(".audit-exports a")["href"] == "/audit/export.csv?actor=alice"
+    # The export also leaves out the system rows the page hides.
+    assert (
+        html.select_one(".audit-exports a")["href"] == "/audit/export.csv?actor=alice&system=hide"
+    )
 
 
 def test_one_row_shows_every_field_and_its_place_in_the_chain(web, ada, log):
@@ -167,3 +170,44 @@ def test_opening_the_audit_page_is_itself_audited(web, ada, db):
     response = web(ada).get("/audit/?actor=bob")
     row = AuditEvent.objects.get(request_id=response["X-Request-ID"])
     assert (row.view_name, row.query) == ("audit-events", "actor=bob")
+
+
+@pytest.fixture
+def busy_log(alice):
+    """Mostly the tasks' rows, as on the demo: beat's loops write one every few seconds."""
+    make_events(2, actor_id=alice.pk, actor_username="alice", path="/api/v1/instances/")
+    make_events(8, actor_id=None, actor_username="system:reconcile", method="TASK", path="")
+
+
+def test_the_audit_page_hides_system_rows_until_asked(web, ada, busy_log):
+    html = page(web(ada).get("/audit/"))
+    rows = html.select("tbody tr.audit-row")
+    assert len(rows) == 2 and all("alice" in row.text for row in rows)
+    assert html.select_one("input[name=system][value=hide]").has_attr("checked")
+    # The export holds what the page shows.
+    assert html.select_one("a[download]")["href"] == "/audit/export.csv?system=hide"
+    shown = page(web(ada).get("/audit/?system=all")).select("tbody tr.audit-row")
+    assert sum("system:reconcile" in row.text for row in shown) == 8
+    only = page(web(ada).get("/audit/?system=only")).select("tbody tr.audit-row")
+    assert len(only) == 8 and all("system:reconcile" in row.text for row in only)
+
+
+def test_the_api_still_lists_system_rows_by_default_and_refuses_a_bad_choice(api_as, ada, busy_log):
+    def actors(query: str) -> list[str]:
+        body = api_as(ada).get(f"/api/v1/audit/events/{query}").json()
+        return [row["actor"]["username"] for row in body["results"]]
+
+    assert actors("").count("system:reconcile") == 8
+    assert "system:reconcile" not in actors("?system=hide")
+    assert actors("?system=hide").count("alice") == 2
+    refused = api_as(ada).get("/api/v1/audit/events/?system=maybe")
+    assert refused.status_code == 400
+    assert "system accepts all, hide or only" in refused.content.decode()
+
+
+def test_the_filters_fold_on_a_phone_unless_some_are_set(web, ada, busy_log):
+    fold = page(web(ada).get("/audit/")).select_one("details.audit-filters-fold")
+    assert fold.has_attr("data-fold-narrow") and not fold.has_attr("data-keep-open")
+    assert fold.select_one("form.audit-filters") is not None
+    kept = page(web(ada).get("/audit/?actor=alice")).select_one("details.audit-filters-fold")
+    assert kept.has_attr("data-keep-open")

@@ -6,6 +6,7 @@ import pytest
 from playwright.sync_api import expect
 
 from instances.models import Instance, Order
+from tests.browser.conftest import answer_confirmation
 from tests.conftest import ED25519, PASSWORD
 from tests.workers import wait_for
 
@@ -88,6 +89,11 @@ def test_quota_refusal_then_an_approved_order_provisions(
     expect(item).to_contain_text("3× g5.xlarge")
     expect(item).to_contain_text("3 GPUs is more than the 2 vision-lab allows")
     item.get_by_role("button", name="Approve").click()
+    # It asks first, naming the order and what its lease will cost; Cancel leaves it held.
+    answer_confirmation(admin, accept=False, says="Approve 3× g5.xlarge for bob in vision-lab?")
+    assert Order.objects.get().status == "pending_approval"
+    item.get_by_role("button", name="Approve").click()
+    answer_confirmation(admin, says="over the")
     expect(admin.locator(".flash")).to_contain_text("Approved 3× g5.xlarge for bob")
 
     def running():

@@ -47,7 +47,7 @@ def test_seed_creates_the_personas_with_the_demo_password(db):
 
 
 def test_seed_twice_changes_nothing_and_says_so(db):
-    assert "unchanged" not in seed().split("Demo logins")[0].replace("0 unchanged", "")
+    assert "unchanged" not in seed().replace("0 unchanged", "")
     first = snapshot()
     again = seed()
     assert "Demo: unchanged." in again
@@ -103,3 +103,10 @@ def test_seeded_catalog_has_the_issue_types_and_chinese_enterprise_gpus(db):
     assert InstanceType.objects.get(name="p4de.24xlarge").gpu_memory_gib == 80
     assert p4d.price_source.startswith("AWS EC2 On-Demand pricing")
     assert p4d.price_as_of is not None
+
+
+def test_seed_leaves_the_logins_to_make_runs_banner(db):
+    # The banner prints them once the portal is up; printed here too, they came twice.
+    out = seed()
+    assert "Demo logins" not in out
+    assert settings.PORTAL_DEMO_PASSWORD not in out

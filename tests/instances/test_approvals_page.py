@@ -75,3 +75,30 @@ def test_a_rejection_with_a_reason_redirects_with_a_message(inbox, held):
     assert (response.status_code, response["Location"]) == (302, "/approvals/")
     held.refresh_from_db()
     assert held.status == Order.Status.REJECTED
+
+
+def test_approving_asks_first_and_says_what_it_will_cost(inbox, held):
+    body = text(inbox.get("/approvals/"))
+    button = re.search(r'<button class="button primary"[^>]*>Approve</button>', body).group(0)
+    assert 'data-confirm="Approve 2× g5.xlarge for alice in vision-lab?"' in button
+    over_lease = held.price_per_hour * held.lease_hours
+    assert f"over the {held.lease_hours} h lease" in button
+    assert f"${over_lease:,.2f}" in button
+    assert 'data-confirm-ok="Approve"' in button
+
+
+def test_a_decided_order_links_to_its_hosts(inbox, held, client, alice):
+    inbox.post(f"/approvals/{held.pk}/approve/", {"reason": "ok"})
+    body = text(inbox.get("/approvals/"))
+    row = re.search(rf'<tr data-decided="{held.pk}">.*?</tr>', body).group(0)
+    link = f'href="/hosts/?scope=projects&amp;ended=1#order-{held.pk}"'
+    assert link in row
+    hosts = inbox.get("/hosts/rows/?scope=projects&ended=1").content.decode()
+    assert f'id="order-{held.pk}"' in hosts
+
+
+def test_a_rejected_order_says_it_has_no_hosts(inbox, held):
+    inbox.post(f"/approvals/{held.pk}/reject/", {"reason": "Too big for this week"})
+    body = text(inbox.get("/approvals/"))
+    row = re.search(rf'<tr data-decided="{held.pk}">.*?</tr>', body).group(0)
+    assert "no hosts" in row and "href" not in row

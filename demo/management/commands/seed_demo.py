@@ -106,7 +106,6 @@ class Command(BaseCommand):
                 self.stdout.write("History: unchanged (already played).")
         if not played and snapshot() == before:
             self.stdout.write("Demo: unchanged.")
-        self.logins()
 
     def seed(self, options) -> None:
         if not options["no_catalog"]:
@@ -158,9 +157,3 @@ class Command(BaseCommand):
             f"Demo people: {len(PEOPLE)} ({len(created_users)} new); "
             f"projects: {', '.join(projects)}."
         )
-
-    def logins(self) -> None:
-        self.stdout.write(f"\n  Demo logins (password: {settings.PORTAL_DEMO_PASSWORD})")
-        for username, _, _, role, memberships in PEOPLE:
-            where = ", ".join(f"{slug} {kind}" for slug, kind in memberships) or "all projects"
-            self.stdout.write(f"    {username:<6} {role.label:<11} {where}")

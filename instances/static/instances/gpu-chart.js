@@ -1,5 +1,6 @@
-// A host page's GPU chart: the last 24 h of utilisation (%) and memory in use (GiB), from
-// GET /api/v1/instances/{id}/metrics/, redrawn every minute (Chart.js; no inline script: CSP).
+// A host page's GPU chart: up to the last 24 h of utilisation (%) and memory in use (GiB, on an
+// axis up to the host's total), from GET /api/v1/instances/{id}/metrics/, redrawn every minute
+// (Chart.js; no inline script: CSP). The panel around it is polled; hx-preserve keeps the chart.
 (function () {
   function points(body) {
     return {
@@ -17,6 +18,7 @@
     const canvas = document.getElementById("gpu-chart");
     if (!canvas || typeof Chart === "undefined") return;
     const empty = document.getElementById("gpu-chart-empty");
+    const total = Number(canvas.dataset.memoryTotalGib) || undefined;
     let chart = null;
 
     async function refresh() {
@@ -24,7 +26,7 @@
       if (!answer.ok) return;
       const series = points(await answer.json());
       if (empty) empty.hidden = series.labels.length > 0;
-      canvas.hidden = series.labels.length === 0;
+      canvas.parentElement.hidden = series.labels.length === 0;
       if (chart) {
         chart.data.labels = series.labels.map(label);
         chart.data.datasets[0].data = series.utilization;
@@ -38,7 +40,7 @@
             datasets: [
               { label: "GPU utilisation (%)", data: series.utilization, borderColor: "#5b4bd8",
                 backgroundColor: "rgba(91,75,216,.12)", fill: true, pointRadius: 0, tension: 0.2, yAxisID: "y" },
-              { label: "GPU memory (GiB)", data: series.memory, borderColor: "#19b784",
+              { label: total ? `GPU memory (GiB of ${total})` : "GPU memory (GiB)", data: series.memory, borderColor: "#19b784",
                 pointRadius: 0, tension: 0.2, yAxisID: "memory" },
             ],
           },
@@ -50,7 +52,8 @@
             scales: {
               x: { grid: { display: false }, ticks: { maxTicksLimit: 12, maxRotation: 0 } },
               y: { min: 0, max: 100, grid: { color: "#eef1f6" }, ticks: { callback: (v) => v + " %" } },
-              memory: { position: "right", beginAtZero: true, grid: { display: false } },
+              memory: { position: "right", beginAtZero: true, max: total, grid: { display: false },
+                        ticks: { callback: (v) => v + " GiB" } },
             },
             plugins: { legend: { position: "top", align: "end", labels: { boxWidth: 12, usePointStyle: true } } },
           },

@@ -1,30 +1,15 @@
-"""Request-wide rules: every page needs a login, the API answers for itself, and no value
-with a NUL byte reaches a lookup."""
+"""Request-wide rule: no value with a NUL byte reaches a lookup. (Every page needs a login
+through Django's own LoginRequiredMiddleware; DRF marks its views login-not-required, so the
+API answers 401 itself, and the schema and its docs are public.)"""
 
 from __future__ import annotations
 
-from django.contrib.auth.middleware import LoginRequiredMiddleware as DjangoLoginRequired
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.http import JsonResponse
 from django.http.request import UnreadablePostError
 from django.shortcuts import render
 
 from portal.rest import has_nul, nul_error_body
-
-
-class LoginRequiredMiddleware(DjangoLoginRequired):
-    """Django's login-required rule for pages; API views are left to DRF.
-
-    DRF marks its views login-not-required: they authenticate with sessions or bearer tokens
-    and answer 401/403 in JSON, which is what an API client needs. API views meant for people
-    in a browser (the API docs) set ``is_page = True`` and get the redirect to the login page.
-    """
-
-    def process_view(self, request, view_func, view_args, view_kwargs):
-        view_class = getattr(view_func, "cls", None)  # set by APIView.as_view()
-        if getattr(view_class, "is_page", False) and not request.user.is_authenticated:
-            return self.handle_no_permission(request, view_func)
-        return super().process_view(request, view_func, view_args, view_kwargs)
 
 
 class RejectNulMiddleware:

@@ -61,7 +61,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "portal.middleware.LoginRequiredMiddleware",
+    "django.contrib.auth.middleware.LoginRequiredMiddleware",
     # A NUL in a URL part, query or form field answers 400 before any lookup sees it.
     "portal.middleware.RejectNulMiddleware",
     # Last: it turns a locked-out sign-in into the lockout answer (429).

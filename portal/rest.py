@@ -168,6 +168,22 @@ class StrictSerializer(serializers.Serializer):
         return super().to_internal_value(data)
 
 
+class BoundedDictField(serializers.DictField):
+    """A mapping of at most ``max_length`` keys (DRF's DictField takes any number); the schema
+    says ``maxProperties`` (portal.schema)."""
+
+    def __init__(self, *, max_length: int, **kwargs):
+        self.max_length = max_length
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict) and len(data) > self.max_length:
+            raise serializers.ValidationError(
+                f"Give at most {self.max_length} entries.", code="max_length"
+            )
+        return super().to_internal_value(data)
+
+
 class LookupField(serializers.SlugRelatedField):
     """A reference by name or slug. Text PostgreSQL cannot compare (a NUL byte, a lone UTF-16
     surrogate from a JSON escape) is refused before the lookup, as DRF's CharField refuses it."""

@@ -26,6 +26,7 @@ from portal.models import (
     QuotaChange,
     User,
 )
+from portal.quotas import quota_values_problems
 
 
 @transaction.atomic
@@ -114,20 +115,22 @@ def _quota_values(quota: Quota) -> dict:
 def quota_set(*, project: Project, actor: User, user: User | None = None, **values) -> Quota:
     """Create or change a project's (or a member's) quota, recording who changed what.
 
+    Only the fields given change. Each is checked here (its shape, its size, the catalog's
+    names, duplicates dropped), so the Quotas page and the API get the same answer.
+
     Lowering a limit below what is in use is allowed: the project is then over its limit and
     new orders are refused, but nothing running is touched.
     """
     unknown = set(values) - set(QUOTA_FIELDS)
     if unknown:
-        raise ValidationError(
-            {name: "Not a quota field." for name in sorted(unknown)}, code="unknown_field"
-        )
+        _refuse({name: "Not a quota field." for name in sorted(unknown)}, "unknown_field")
     if not permissions.can_set_quotas(actor):
         raise Forbidden("Only admins change quotas.")
     if user is not None and not project.memberships.filter(user=user).exists():
         raise ValidationError(
             {"member": f"{user.username} is not a member of {project.slug}."}, code="not_a_member"
         )
+    values = quota_values_clean(values)
     # Lock the project row: quota changes and orders of one project are serialised.
     Project.objects.select_for_update().get(pk=project.pk)
     quota = Quota.objects.filter(project=project, user=user).first()
@@ -137,7 +140,6 @@ def quota_set(*, project: Project, actor: User, user: User | None = None, **valu
         setattr(quota, name, value)
     quota.updated_by = actor
     quota.full_clean()
-    _quota_validate(quota)
     quota.save()
     after = _quota_values(quota)
     if after != before:
@@ -146,27 +148,64 @@ def quota_set(*, project: Project, actor: User, user: User | None = None, **valu
     return quota
 
 
-def _quota_validate(quota: Quota) -> None:
-    errors = {}
-    if not isinstance(quota.max_gpus_by_model, dict) or not all(
-        isinstance(k, str) and isinstance(v, int) and v >= 0
-        for k, v in quota.max_gpus_by_model.items()
-    ):
-        errors["max_gpus_by_model"] = 'Give GPU model → whole number, e.g. {"H100": 16}.'
-    if not isinstance(quota.allowed_instance_types, list) or not all(
-        isinstance(v, str) for v in quota.allowed_instance_types
-    ):
-        errors["allowed_instance_types"] = 'Give a list of type names, e.g. ["g5.xlarge"].'
-    markets = {"on_demand", "spot"}
-    if not isinstance(quota.allowed_markets, dict) or not all(
-        isinstance(v, list) and set(v) <= markets and v for v in quota.allowed_markets.values()
-    ):
-        errors["allowed_markets"] = (
-            'Give instance type → markets, e.g. {"p5.48xlarge": ["spot"]}; markets are '
-            "on_demand and spot."
-        )
-    if errors:
-        raise ValidationError(errors, code="invalid")
+def _refuse(problems: dict[str, str], code: str) -> None:
+    # Each field's error carries the code (a dict given to ValidationError drops it), so the
+    # API answers it and the page's refusal counter names it.
+    raise ValidationError(
+        {name: ValidationError(text, code=code) for name, text in problems.items()}
+    )
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def quota_values_clean(values: dict) -> dict:
+    """The quota values given, checked field by field, with repeated names dropped and names
+    spelt as the catalog spells them; refuses (ValidationError by field) a wrong shape, more
+    than ``Quota.MAX_NAMES`` entries, or a name the catalog does not offer."""
+    values = dict(values)
+    top = Quota.MAX_NAMES
+    problems: dict[str, str] = {}
+    too_many = f"Give at most {top}; the catalog offers fewer."
+    if "max_gpus_by_model" in values:
+        by_model = values["max_gpus_by_model"]
+        if not isinstance(by_model, dict) or not all(
+            isinstance(k, str) and _whole(v) for k, v in by_model.items()
+        ):
+            problems["max_gpus_by_model"] = 'Give GPU model → whole number, e.g. {"H100": 16}.'
+        elif len(by_model) > top:
+            problems["max_gpus_by_model"] = too_many
+    if "allowed_instance_types" in values:
+        names = values["allowed_instance_types"]
+        if not isinstance(names, list) or not all(isinstance(v, str) for v in names):
+            problems["allowed_instance_types"] = 'Give a list of type names, e.g. ["g5.xlarge"].'
+        elif len(names) > top:
+            problems["allowed_instance_types"] = too_many
+        else:
+            values["allowed_instance_types"] = list(dict.fromkeys(names))
+    if "allowed_markets" in values:
+        markets = values["allowed_markets"]
+        if not isinstance(markets, dict) or not all(
+            isinstance(k, str) and isinstance(v, list) and v and set(v) <= set(Quota.MARKETS)
+            for k, v in markets.items()
+        ):
+            problems["allowed_markets"] = (
+                'Give instance type → markets, e.g. {"p5.48xlarge": ["spot"]}; markets are '
+                "on_demand and spot."
+            )
+        elif len(markets) > top or any(len(v) > len(Quota.MARKETS) for v in markets.values()):
+            problems["allowed_markets"] = (
+                f"Give at most {top} types, each with on_demand, spot or both, once."
+            )
+        else:
+            values["allowed_markets"] = {k: list(dict.fromkeys(v)) for k, v in markets.items()}
+    if problems:
+        _refuse(problems, "invalid")
+    values, problems = quota_values_problems(values)
+    if problems:
+        _refuse(problems, "not_in_catalog")
+    return values
 
 
 @transaction.atomic

@@ -8,8 +8,8 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from portal.models import ApiToken, Membership, Project, Quota, QuotaChange, User
-from portal.quotas import Usage, quota_values_problems, usage_of
-from portal.rest import LookupField
+from portal.quotas import Usage, usage_of
+from portal.rest import BoundedDictField, LookupField
 
 
 class MembershipSerializer(serializers.ModelSerializer):
@@ -61,14 +61,24 @@ class QuotaSerializer(serializers.ModelSerializer):
         required=False,
         allow_null=True,
     )
-    max_gpus_by_model = serializers.DictField(
-        child=serializers.IntegerField(min_value=0), required=False
+    # Bounded here too, so that the schema says so and an oversized body is refused before
+    # any of it is looked at; quota_set checks the same for every caller.
+    max_gpus_by_model = BoundedDictField(
+        child=serializers.IntegerField(min_value=0), max_length=Quota.MAX_NAMES, required=False
     )
-    allowed_instance_types = serializers.ListField(child=serializers.CharField(), required=False)
-    allowed_markets = serializers.DictField(
+    allowed_instance_types = serializers.ListField(
+        child=serializers.CharField(max_length=64),
+        max_length=Quota.MAX_NAMES,
+        required=False,
+        help_text="Repeated names are kept once",
+    )
+    allowed_markets = BoundedDictField(
         child=serializers.ListField(
-            child=serializers.ChoiceField(choices=["on_demand", "spot"]), min_length=1
+            child=serializers.ChoiceField(choices=Quota.MARKETS),
+            min_length=1,
+            max_length=len(Quota.MARKETS),
         ),
+        max_length=Quota.MAX_NAMES,
         required=False,
     )
     in_use = serializers.SerializerMethodField()
@@ -98,12 +108,6 @@ class QuotaSerializer(serializers.ModelSerializer):
         read_only_fields = ["id", "updated_at"]
         # One quota per project (and member) is kept by quota_set, which updates in place.
         validators: list = []
-
-    def validate(self, attrs):
-        attrs, problems = quota_values_problems(attrs)
-        if problems:
-            raise serializers.ValidationError(problems, code="not_in_catalog")
-        return attrs
 
     def _usage(self, obj: Quota) -> Usage:
         cache = self.context.setdefault("_usage", {})

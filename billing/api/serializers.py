@@ -13,6 +13,7 @@ from rest_framework import serializers
 from billing.budgets import BUDGET_MIN, BUDGET_MIN_MESSAGE, THRESHOLDS_MAX, BudgetStatus
 from billing.models import Budget, BudgetAlert
 from billing.reports import GRANULARITIES, GROUPS, Exact, Figures, Report
+from portal.rest import StrictSerializer
 
 MONEY = {"max_digits": 16, "decimal_places": 2, "coerce_to_string": True}
 EXACT = {"max_digits": 20, "decimal_places": 6, "coerce_to_string": True}
@@ -188,7 +189,7 @@ class PercentagesField(serializers.ListField):
         return values
 
 
-class BudgetInputSerializer(serializers.Serializer):
+class BudgetInputSerializer(StrictSerializer):
     """What PUT /api/v1/budgets/{project}/ takes."""
 
     monthly_amount = serializers.DecimalField(

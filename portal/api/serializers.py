@@ -9,7 +9,7 @@ from rest_framework import serializers
 
 from portal.models import ApiToken, Membership, Project, Quota, QuotaChange, User
 from portal.quotas import Usage, usage_of
-from portal.rest import BoundedDictField, LookupField
+from portal.rest import BoundedDictField, LookupField, StrictModelSerializer, StrictSerializer
 
 
 class MembershipSerializer(serializers.ModelSerializer):
@@ -47,7 +47,7 @@ class QuotaListSerializer(serializers.ListSerializer):
         return super().to_representation(rows)
 
 
-class QuotaSerializer(serializers.ModelSerializer):
+class QuotaSerializer(StrictModelSerializer):
     project = LookupField(
         slug_field="slug",
         queryset=Project.objects.all(),
@@ -151,7 +151,7 @@ class TokenSerializer(serializers.ModelSerializer):
         return "expired" if obj.expires_at <= timezone.now() else "active"
 
 
-class TokenCreateSerializer(serializers.Serializer):
+class TokenCreateSerializer(StrictSerializer):
     username = serializers.CharField()
     password = serializers.CharField(style={"input_type": "password"}, trim_whitespace=False)
     name = serializers.CharField(max_length=100, default="api")

@@ -143,3 +143,24 @@ def test_every_list_and_mapping_a_request_accepts_has_a_bound_in_the_schema(api_
     quota = schema["components"]["schemas"]["PatchedQuotaRequest"]["properties"]
     assert quota["allowed_instance_types"]["maxItems"] == Quota.MAX_NAMES
     assert quota["max_gpus_by_model"]["maxProperties"] == Quota.MAX_NAMES
+
+
+def test_the_migration_keeps_each_stored_name_once(ada, projects):
+    import importlib
+
+    from django.apps import apps
+
+    from portal.models import ApprovalPolicy
+
+    # Rows as they were stored before quota_set dropped repeats (no service would write them).
+    quota = Quota.objects.create(
+        project=projects["vision-lab"], allowed_instance_types=["g5.xlarge"] * 500 + ["g6.xlarge"]
+    )
+    policy = ApprovalPolicy.objects.create(
+        project=projects["vision-lab"], instance_types=["p5.48xlarge", "p5.48xlarge"]
+    )
+    importlib.import_module("portal.migrations.0006_quota_names_once").names_once(apps, None)
+    quota.refresh_from_db()
+    policy.refresh_from_db()
+    assert quota.allowed_instance_types == ["g5.xlarge", "g6.xlarge"]
+    assert policy.instance_types == ["p5.48xlarge"]

@@ -217,17 +217,67 @@ def quota_delete(*, quota: Quota, actor: User) -> None:
     limits_moved(quota.project)
 
 
+APPROVAL_POLICY_FIELDS = (
+    "gpus_above",
+    "instance_types",
+    "on_demand_price_above",
+    "expire_after_days",
+)
+APPROVAL_EXPIRY_MAX_DAYS = 60
+
+
 @transaction.atomic
 def approval_policy_set(*, project: Project, actor: User, **values) -> ApprovalPolicy:
+    """Set which orders of the project wait for a yes (the Quotas page, the project's approval
+    policy page and the API all call this). Only the fields given change."""
+    unknown = set(values) - set(APPROVAL_POLICY_FIELDS)
+    if unknown:
+        _refuse(
+            {name: "Not an approval policy field." for name in sorted(unknown)}, "unknown_field"
+        )
     if not permissions.can_set_approval_policy(actor, project):
         raise Forbidden("Only admins and the project's managers change its approval policy.")
-    policy, _ = ApprovalPolicy.objects.get_or_create(project=project)
+    values = _approval_values_clean(values)
+    policy, _ = ApprovalPolicy.objects.select_for_update().get_or_create(project=project)
     for name, value in values.items():
         setattr(policy, name, value)
     policy.updated_by = actor
     policy.full_clean()
     policy.save()
     return policy
+
+
+def _approval_values_clean(values: dict) -> dict:
+    """The policy's values as given, checked as quota_values_clean checks a quota's: each type
+    once, at most Quota.MAX_NAMES of them, each in the catalog."""
+    values = dict(values)
+    problems: dict[str, str] = {}
+    if "instance_types" in values:
+        names = values["instance_types"]
+        if not isinstance(names, list) or not all(isinstance(v, str) for v in names):
+            problems["instance_types"] = 'Give a list of type names, e.g. ["p5.48xlarge"].'
+        elif len(names) > Quota.MAX_NAMES:
+            problems["instance_types"] = (
+                f"Give at most {Quota.MAX_NAMES}; the catalog offers fewer."
+            )
+        else:
+            values["instance_types"] = list(dict.fromkeys(names))
+    days = values.get("expire_after_days", 1)
+    if not _whole(days) or not 1 <= days <= APPROVAL_EXPIRY_MAX_DAYS:
+        problems["expire_after_days"] = (
+            f"A held order expires after 1 to {APPROVAL_EXPIRY_MAX_DAYS} days."
+        )
+    price = values.get("on_demand_price_above")
+    if price is not None and price < 0:
+        problems["on_demand_price_above"] = "Give a price per hour of 0 or more, or none."
+    if problems:
+        _refuse(problems, "invalid")
+    if values.get("instance_types"):
+        # The quota's catalog check, the one rule for which type names exist.
+        _, found = quota_values_problems({"allowed_instance_types": values["instance_types"]})
+        if found:
+            _refuse({"instance_types": found["allowed_instance_types"]}, "not_in_catalog")
+    return values
 
 
 IDLE_POLICY_FIELDS = (

@@ -17,7 +17,7 @@ from instances.api import (
 from instances.api.telemetry import InstanceMetricsView
 from portal import metrics_http
 from portal.api import ProjectViewSet, QuotaViewSet, TokenViewSet
-from portal.views import account, dashboard, health, idle, quotas
+from portal.views import account, approval, dashboard, health, idle, quotas
 
 
 class ApiDocsView(SpectacularSwaggerSplitView):
@@ -57,6 +57,11 @@ urlpatterns = [
     path("quotas/<slug:slug>/", quotas.quota_save, name="quota-save"),
     path("quotas/<slug:slug>/policy/", quotas.policy_save, name="policy-save"),
     path("projects/<slug:slug>/idle-policy/", idle.idle_policy_page, name="idle-policy"),
+    path(
+        "projects/<slug:slug>/approval-policy/",
+        approval.approval_policy_page,
+        name="approval-policy",
+    ),
     path("account/tokens/", account.tokens_page, name="tokens"),
     path("", include("instances.urls")),  # catalog, ordering, hosts, approvals
     path("", include("audit.urls")),

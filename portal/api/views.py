@@ -17,6 +17,7 @@ from rest_framework.throttling import ScopedRateThrottle
 
 from audit.services import audit_set_actor, audit_set_object
 from portal import permissions
+from portal.api.approval import ApprovalPolicyActions
 from portal.api.filters import ProjectFilter
 from portal.api.idle import IdlePolicyActions
 from portal.api.serializers import (
@@ -31,9 +32,9 @@ from portal.models import ApiToken, Quota
 from portal.services import quota_delete, quota_set, token_issue, token_revoke
 
 
-class ProjectViewSet(IdlePolicyActions, viewsets.ReadOnlyModelViewSet):
+class ProjectViewSet(ApprovalPolicyActions, IdlePolicyActions, viewsets.ReadOnlyModelViewSet):
     """Projects the caller belongs to (admins and finance: all projects), with their idle
-    stop."""
+    stop and approval policy."""
 
     serializer_class = ProjectSerializer
     lookup_field = "slug"

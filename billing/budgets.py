@@ -290,10 +290,18 @@ BUDGET_MIN_MESSAGE = (
 )
 
 
+# The most alert thresholds a budget takes: each is checked on every metering pass.
+THRESHOLDS_MAX = 10
+
+
 def _thresholds(value) -> list[int]:
     if not isinstance(value, list | tuple) or not value:
         raise ValidationError(
             {"thresholds": "Give a list of percentages, e.g. [50, 80, 100]."}, code="invalid"
+        )
+    if len(value) > THRESHOLDS_MAX:
+        raise ValidationError(
+            {"thresholds": f"Give at most {THRESHOLDS_MAX} thresholds."}, code="max_length"
         )
     found = sorted({v for v in value if isinstance(v, int) and not isinstance(v, bool)})
     if len(found) != len(value) or not all(1 <= v <= 1000 for v in found):

@@ -229,15 +229,18 @@ def quota_catalog_problems(values: dict) -> tuple[dict, dict[str, str]]:
     types = set(offered.values_list("name", flat=True))
     values = dict(values)
     problems: dict[str, str] = {}
-    by_model = values.get("max_gpus_by_model") or {}
-    unknown = sorted(k for k in by_model if k.lower() not in models)
-    if unknown:
-        problems["max_gpus_by_model"] = (
-            f"{', '.join(unknown)} is not a GPU model in the catalog; use "
-            f"{', '.join(sorted(models.values()))}."
-        )
-    else:
-        values["max_gpus_by_model"] = {models[k.lower()]: v for k, v in by_model.items()}
+    # Only the fields given are checked and respelt: a partial update (an API PATCH) that
+    # leaves a field out must leave it as it is, not set it to empty.
+    if "max_gpus_by_model" in values:
+        by_model = values["max_gpus_by_model"] or {}
+        unknown = sorted(k for k in by_model if k.lower() not in models)
+        if unknown:
+            problems["max_gpus_by_model"] = (
+                f"{', '.join(unknown)} is not a GPU model in the catalog; use "
+                f"{', '.join(sorted(models.values()))}."
+            )
+        else:
+            values["max_gpus_by_model"] = {models[k.lower()]: v for k, v in by_model.items()}
     for field_name in ("allowed_instance_types", "allowed_markets"):
         names = values.get(field_name) or []
         unknown = sorted(set(names) - types)

@@ -128,6 +128,10 @@ class Quota(models.Model):
         "allowed_instance_types": "types",
         "allowed_markets": "markets",
     }
+    # The most entries a quota's lists and mappings take (the catalog offers far fewer names):
+    # whatever one request stores, every page, API answer and history line carries again.
+    MAX_NAMES = 100
+    MARKETS = ("on_demand", "spot")
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="quotas")
     user = models.ForeignKey(

@@ -156,9 +156,12 @@ class Pagination(PageNumberPagination):
         ]
 
 
-class StrictSerializer(serializers.Serializer):
-    """Refuses fields it does not know, so a caller cannot set owner, status or prices. The
-    schema says so too (``additionalProperties: false``, see portal.schema)."""
+class RejectUnknownFields:
+    """Input as a write serializer takes it, strictly: a field it does not know is refused,
+    so a caller cannot set owner, status or prices, nor lose a misspelt field without a word;
+    and a yes/no field takes only true or false (DRF's BooleanField also takes 0, 1, "yes",
+    "on"). The schema says so too (``additionalProperties: false``, see portal.schema). Mixed
+    into StrictSerializer and StrictModelSerializer, the bases every write serializer uses."""
 
     rejects_unknown_fields = True
     # DRF's own query parameters are not fields.
@@ -168,11 +171,64 @@ class StrictSerializer(serializers.Serializer):
         if hasattr(data, "keys"):
             unknown = sorted(set(data.keys()) - set(self.fields) - self.ignored)
             if unknown:
-                accepts = f"this endpoint accepts {', '.join(sorted(self.fields))}."
+                names = ", ".join(sorted(n for n, f in self.fields.items() if not f.read_only))
+                accepts = f"this endpoint accepts {names}." if names else "send no body."
                 raise serializers.ValidationError(
                     {name: [f"{shown_name(name)} cannot be set; {accepts}"] for name in unknown},
                     code="unknown_field",
                 )
+            html = hasattr(data, "getlist")  # a form sends text: "true" or "false"
+            wrong = {
+                name: [f"{name} is true or false."]
+                for name, field in self.fields.items()
+                if isinstance(field, serializers.BooleanField)
+                and not field.read_only
+                and name in data
+                and not _yes_no(data[name], html=html, allow_null=field.allow_null)
+            }
+            if wrong:
+                raise serializers.ValidationError(wrong, code="invalid")
+        return super().to_internal_value(data)
+
+
+def _yes_no(value, *, html: bool, allow_null: bool) -> bool:
+    if value is None:
+        return allow_null
+    return value in ("true", "false") if html else isinstance(value, bool)
+
+
+class StrictSerializer(RejectUnknownFields, serializers.Serializer):
+    """The base of every write serializer that is not a model's (see RejectUnknownFields)."""
+
+
+class StrictModelSerializer(RejectUnknownFields, serializers.ModelSerializer):
+    """A model serializer that reads and writes: read-only fields sent back (a GET body PUT
+    again) are ignored as DRF ignores them; unknown fields are refused."""
+
+
+class NoBody(StrictSerializer):
+    """What an action that takes no input accepts: no body, or an empty object."""
+
+
+def refuse_body(request) -> None:
+    """An action that takes no input refuses one (400 ``unknown_field``) rather than drop
+    what the caller meant it to do."""
+    NoBody(data=request.data).is_valid(raise_exception=True)
+
+
+class BoundedDictField(serializers.DictField):
+    """A mapping of at most ``max_length`` keys (DRF's DictField takes any number); the schema
+    says ``maxProperties`` (portal.schema)."""
+
+    def __init__(self, *, max_length: int, **kwargs):
+        self.max_length = max_length
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict) and len(data) > self.max_length:
+            raise serializers.ValidationError(
+                f"Give at most {self.max_length} entries.", code="max_length"
+            )
         return super().to_internal_value(data)
 
 

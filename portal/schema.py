@@ -82,6 +82,14 @@ class PortalAutoSchema(AutoSchema):
 
     def _map_serializer_field(self, field, direction, bypass_extensions=False):
         schema = super()._map_serializer_field(field, direction, bypass_extensions)
+        if isinstance(field, serializers.ListSerializer):
+            # drf-spectacular leaves out a list of objects' bounds (a ListField's it gives).
+            if field.max_length is not None:
+                schema["maxItems"] = field.max_length
+            if field.min_length is not None:
+                schema["minItems"] = field.min_length
+        if isinstance(field, serializers.DictField) and getattr(field, "max_length", None):
+            schema["maxProperties"] = field.max_length
         if isinstance(field, serializers.DecimalField) and "pattern" in schema:
             # drf-spectacular's pattern also matches "", "." and "-" on a field that refuses
             # them; this one says what DRF takes: a digit at least, a sign only if allowed.

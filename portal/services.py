@@ -27,6 +27,7 @@ from portal.models import (
     QuotaRequest,
     User,
 )
+from portal.quotas import quota_values_problems
 
 
 @transaction.atomic
@@ -115,20 +116,22 @@ def _quota_values(quota: Quota) -> dict:
 def quota_set(*, project: Project, actor: User, user: User | None = None, **values) -> Quota:
     """Create or change a project's (or a member's) quota, recording who changed what.
 
+    Only the fields given change. Each is checked here (its shape, its size, the catalog's
+    names, duplicates dropped), so the Quotas page and the API get the same answer.
+
     Lowering a limit below what is in use is allowed: the project is then over its limit and
     new orders are refused, but nothing running is touched.
     """
     unknown = set(values) - set(QUOTA_FIELDS)
     if unknown:
-        raise ValidationError(
-            {name: "Not a quota field." for name in sorted(unknown)}, code="unknown_field"
-        )
+        _refuse({name: "Not a quota field." for name in sorted(unknown)}, "unknown_field")
     if not permissions.can_set_quotas(actor):
         raise Forbidden("Only admins change quotas.")
     if user is not None and not project.memberships.filter(user=user).exists():
         raise ValidationError(
             {"member": f"{user.username} is not a member of {project.slug}."}, code="not_a_member"
         )
+    values = quota_values_clean(values)
     # Lock the project row: quota changes and orders of one project are serialised.
     Project.objects.select_for_update().get(pk=project.pk)
     quota = Quota.objects.filter(project=project, user=user).first()
@@ -138,7 +141,6 @@ def quota_set(*, project: Project, actor: User, user: User | None = None, **valu
         setattr(quota, name, value)
     quota.updated_by = actor
     quota.full_clean()
-    _quota_validate(quota)
     quota.save()
     after = _quota_values(quota)
     if after != before:
@@ -224,27 +226,64 @@ def quota_request_decide(
     return ask
 
 
-def _quota_validate(quota: Quota) -> None:
-    errors = {}
-    if not isinstance(quota.max_gpus_by_model, dict) or not all(
-        isinstance(k, str) and isinstance(v, int) and v >= 0
-        for k, v in quota.max_gpus_by_model.items()
-    ):
-        errors["max_gpus_by_model"] = 'Give GPU model → whole number, e.g. {"H100": 16}.'
-    if not isinstance(quota.allowed_instance_types, list) or not all(
-        isinstance(v, str) for v in quota.allowed_instance_types
-    ):
-        errors["allowed_instance_types"] = 'Give a list of type names, e.g. ["g5.xlarge"].'
-    markets = {"on_demand", "spot"}
-    if not isinstance(quota.allowed_markets, dict) or not all(
-        isinstance(v, list) and set(v) <= markets and v for v in quota.allowed_markets.values()
-    ):
-        errors["allowed_markets"] = (
-            'Give instance type → markets, e.g. {"p5.48xlarge": ["spot"]}; markets are '
-            "on_demand and spot."
-        )
-    if errors:
-        raise ValidationError(errors, code="invalid")
+def _refuse(problems: dict[str, str], code: str) -> None:
+    # Each field's error carries the code (a dict given to ValidationError drops it), so the
+    # API answers it and the page's refusal counter names it.
+    raise ValidationError(
+        {name: ValidationError(text, code=code) for name, text in problems.items()}
+    )
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def quota_values_clean(values: dict) -> dict:
+    """The quota values given, checked field by field, with repeated names dropped and names
+    spelt as the catalog spells them; refuses (ValidationError by field) a wrong shape, more
+    than ``Quota.MAX_NAMES`` entries, or a name the catalog does not offer."""
+    values = dict(values)
+    top = Quota.MAX_NAMES
+    problems: dict[str, str] = {}
+    too_many = f"Give at most {top}; the catalog offers fewer."
+    if "max_gpus_by_model" in values:
+        by_model = values["max_gpus_by_model"]
+        if not isinstance(by_model, dict) or not all(
+            isinstance(k, str) and _whole(v) for k, v in by_model.items()
+        ):
+            problems["max_gpus_by_model"] = 'Give GPU model → whole number, e.g. {"H100": 16}.'
+        elif len(by_model) > top:
+            problems["max_gpus_by_model"] = too_many
+    if "allowed_instance_types" in values:
+        names = values["allowed_instance_types"]
+        if not isinstance(names, list) or not all(isinstance(v, str) for v in names):
+            problems["allowed_instance_types"] = 'Give a list of type names, e.g. ["g5.xlarge"].'
+        elif len(names) > top:
+            problems["allowed_instance_types"] = too_many
+        else:
+            values["allowed_instance_types"] = list(dict.fromkeys(names))
+    if "allowed_markets" in values:
+        markets = values["allowed_markets"]
+        if not isinstance(markets, dict) or not all(
+            isinstance(k, str) and isinstance(v, list) and v and set(v) <= set(Quota.MARKETS)
+            for k, v in markets.items()
+        ):
+            problems["allowed_markets"] = (
+                'Give instance type → markets, e.g. {"p5.48xlarge": ["spot"]}; markets are '
+                "on_demand and spot."
+            )
+        elif len(markets) > top or any(len(v) > len(Quota.MARKETS) for v in markets.values()):
+            problems["allowed_markets"] = (
+                f"Give at most {top} types, each with on_demand, spot or both, once."
+            )
+        else:
+            values["allowed_markets"] = {k: list(dict.fromkeys(v)) for k, v in markets.items()}
+    if problems:
+        _refuse(problems, "invalid")
+    values, problems = quota_values_problems(values)
+    if problems:
+        _refuse(problems, "not_in_catalog")
+    return values
 
 
 @transaction.atomic
@@ -256,17 +295,67 @@ def quota_delete(*, quota: Quota, actor: User) -> None:
     limits_moved(quota.project)
 
 
+APPROVAL_POLICY_FIELDS = (
+    "gpus_above",
+    "instance_types",
+    "on_demand_price_above",
+    "expire_after_days",
+)
+APPROVAL_EXPIRY_MAX_DAYS = 60
+
+
 @transaction.atomic
 def approval_policy_set(*, project: Project, actor: User, **values) -> ApprovalPolicy:
+    """Set which orders of the project wait for a yes (the Quotas page, the project's approval
+    policy page and the API all call this). Only the fields given change."""
+    unknown = set(values) - set(APPROVAL_POLICY_FIELDS)
+    if unknown:
+        _refuse(
+            {name: "Not an approval policy field." for name in sorted(unknown)}, "unknown_field"
+        )
     if not permissions.can_set_approval_policy(actor, project):
         raise Forbidden("Only admins and the project's managers change its approval policy.")
-    policy, _ = ApprovalPolicy.objects.get_or_create(project=project)
+    values = _approval_values_clean(values)
+    policy, _ = ApprovalPolicy.objects.select_for_update().get_or_create(project=project)
     for name, value in values.items():
         setattr(policy, name, value)
     policy.updated_by = actor
     policy.full_clean()
     policy.save()
     return policy
+
+
+def _approval_values_clean(values: dict) -> dict:
+    """The policy's values as given, checked as quota_values_clean checks a quota's: each type
+    once, at most Quota.MAX_NAMES of them, each in the catalog."""
+    values = dict(values)
+    problems: dict[str, str] = {}
+    if "instance_types" in values:
+        names = values["instance_types"]
+        if not isinstance(names, list) or not all(isinstance(v, str) for v in names):
+            problems["instance_types"] = 'Give a list of type names, e.g. ["p5.48xlarge"].'
+        elif len(names) > Quota.MAX_NAMES:
+            problems["instance_types"] = (
+                f"Give at most {Quota.MAX_NAMES}; the catalog offers fewer."
+            )
+        else:
+            values["instance_types"] = list(dict.fromkeys(names))
+    days = values.get("expire_after_days", 1)
+    if not _whole(days) or not 1 <= days <= APPROVAL_EXPIRY_MAX_DAYS:
+        problems["expire_after_days"] = (
+            f"A held order expires after 1 to {APPROVAL_EXPIRY_MAX_DAYS} days."
+        )
+    price = values.get("on_demand_price_above")
+    if price is not None and price < 0:
+        problems["on_demand_price_above"] = "Give a price per hour of 0 or more, or none."
+    if problems:
+        _refuse(problems, "invalid")
+    if values.get("instance_types"):
+        # The quota's catalog check, the one rule for which type names exist.
+        _, found = quota_values_problems({"allowed_instance_types": values["instance_types"]})
+        if found:
+            _refuse({"instance_types": found["allowed_instance_types"]}, "not_in_catalog")
+    return values
 
 
 IDLE_POLICY_FIELDS = (

@@ -18,7 +18,16 @@ from instances.api import (
 from instances.api.telemetry import InstanceMetricsView
 from portal import metrics_http
 from portal.api import ProjectViewSet, QuotaRequestViewSet, QuotaViewSet, TokenViewSet
-from portal.views import account, dashboard, health, idle, notices, quota_requests, quotas
+from portal.views import (
+    account,
+    approval,
+    dashboard,
+    health,
+    idle,
+    notices,
+    quota_requests,
+    quotas,
+)
 
 
 class ApiSchemaView(SpectacularAPIView):
@@ -78,6 +87,11 @@ urlpatterns = [
     path("quotas/<slug:slug>/request/", quota_requests.quota_request_page, name="quota-request"),
     path("quotas/<slug:slug>/policy/", quotas.policy_save, name="policy-save"),
     path("projects/<slug:slug>/idle-policy/", idle.idle_policy_page, name="idle-policy"),
+    path(
+        "projects/<slug:slug>/approval-policy/",
+        approval.approval_policy_page,
+        name="approval-policy",
+    ),
     path("account/tokens/", account.tokens_page, name="tokens"),
     path("notices/", notices.notices_page, name="notices"),
     path("notices/<int:pk>/dismiss/", notices.notice_dismiss_page, name="notice-dismiss"),

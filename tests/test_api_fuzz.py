@@ -240,6 +240,11 @@ def give_real_references(case, world: World, who: str) -> None:
         if isinstance(idle, int) and isinstance(body.get("warning_minutes", 5), int):
             body["idle_minutes"] = max(idle, 6)
             body["warning_minutes"] = min(body.get("warning_minutes", 5), body["idle_minutes"] - 1)
+    elif path.endswith("/approval-policy/") and method == "PUT" and body:
+        # The schema cannot list the catalog's names: types the catalog offers.
+        if isinstance(body.get("instance_types"), list):
+            names = [name for name, _ in world.pairs]
+            body["instance_types"] = [_pick(names, item) for item in body["instance_types"]]
     elif path.startswith("/api/v1/quotas/") and method in ("POST", "PUT", "PATCH") and body:
         if "project" in body:
             body["project"] = _pick(world.projects["ada"], body["project"])

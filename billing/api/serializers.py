@@ -10,9 +10,10 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
-from billing.budgets import BUDGET_MIN, BUDGET_MIN_MESSAGE, BudgetStatus
+from billing.budgets import BUDGET_MIN, BUDGET_MIN_MESSAGE, THRESHOLDS_MAX, BudgetStatus
 from billing.models import Budget, BudgetAlert
 from billing.reports import GRANULARITIES, GROUPS, Exact, Figures, Report
+from portal.rest import StrictSerializer
 
 MONEY = {"max_digits": 16, "decimal_places": 2, "coerce_to_string": True}
 EXACT = {"max_digits": 20, "decimal_places": 6, "coerce_to_string": True}
@@ -174,6 +175,7 @@ class AlertSerializer(serializers.ModelSerializer):
         "type": "array",
         "items": {"type": "integer", "minimum": 1, "maximum": 1000},
         "minItems": 1,
+        "maxItems": THRESHOLDS_MAX,
         "uniqueItems": True,
     }
 )
@@ -187,7 +189,7 @@ class PercentagesField(serializers.ListField):
         return values
 
 
-class BudgetInputSerializer(serializers.Serializer):
+class BudgetInputSerializer(StrictSerializer):
     """What PUT /api/v1/budgets/{project}/ takes."""
 
     monthly_amount = serializers.DecimalField(
@@ -202,6 +204,7 @@ class BudgetInputSerializer(serializers.Serializer):
     thresholds = PercentagesField(
         child=serializers.IntegerField(min_value=1, max_value=1000),
         min_length=1,
+        max_length=THRESHOLDS_MAX,
         required=False,
         help_text="Alert at these percentages of the budget, on spend and on forecast",
     )

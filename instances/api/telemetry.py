@@ -20,6 +20,7 @@ from instances.models import HostAgentCredential, Instance
 from instances.selectors import gpu_series, latest_gpu_readings
 from portal.authentication import BearerTokenAuthentication
 from portal.errors import Conflict
+from portal.rest import StrictSerializer, refuse_body
 
 
 class AgentTokenAuthentication(authentication.BaseAuthentication):
@@ -67,13 +68,13 @@ class ReadsOrReports(permissions.BasePermission):
         return bool(request.user and request.user.is_authenticated)
 
 
-class ReadingSerializer(serializers.Serializer):
+class ReadingSerializer(StrictSerializer):
     at = serializers.DateTimeField(help_text="When it was read (UTC); floored to the minute")
     utilization = serializers.IntegerField(min_value=0, max_value=100, help_text="Percent")
     memory_used_mib = serializers.IntegerField(min_value=0, max_value=2**31 - 1)
 
 
-class ReadingBatchSerializer(serializers.Serializer):
+class ReadingBatchSerializer(StrictSerializer):
     readings = ReadingSerializer(many=True, max_length=1440)
 
 
@@ -185,5 +186,7 @@ class KeepRunningActions:
         """Hold off the idle stop for the project's snooze hours (answers its warning). 409
         ``no_idle_policy`` when the project stops no idle hosts, ``invalid_state`` when the host
         is not running; 403 for someone who may not stop it."""
-        instance = services.instance_keep_running(instance=self.get_object(), user=request.user)
+        instance = self.get_object()
+        refuse_body(request)
+        instance = services.instance_keep_running(instance=instance, user=request.user)
         return Response({"idle_snoozed_until": instance.idle_snoozed_until})

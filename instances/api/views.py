@@ -38,7 +38,7 @@ from instances.models import (
 from instances.selectors import hosts_named
 from portal import permissions
 from portal.errors import Forbidden
-from portal.rest import NUL_MESSAGE, has_nul
+from portal.rest import NUL_MESSAGE, has_nul, refuse_body
 
 
 class InstanceTypeViewSet(viewsets.ReadOnlyModelViewSet):
@@ -190,8 +190,10 @@ class InstanceViewSet(KeepRunningActions, viewsets.ReadOnlyModelViewSet):
         return Instance.objects.for_user(self.request.user).with_detail().with_events().distinct()
 
     def _act(self, request, action: str):
+        instance = self.get_object()
+        refuse_body(request)
         instance = services.instance_request_action(
-            instance=self.get_object(), user=request.user, action=action
+            instance=instance, user=request.user, action=action
         )
         fresh = self.get_queryset().get(pk=instance.pk)
         return Response(

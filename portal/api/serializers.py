@@ -9,8 +9,8 @@ from rest_framework import serializers
 
 from portal import permissions
 from portal.models import ApiToken, Membership, Project, Quota, QuotaChange, QuotaRequest, User
-from portal.quotas import Usage, quota_values_problems, usage_of
-from portal.rest import LookupField
+from portal.quotas import Usage, usage_of
+from portal.rest import BoundedDictField, LookupField, StrictModelSerializer, StrictSerializer
 
 
 class MembershipSerializer(serializers.ModelSerializer):
@@ -48,7 +48,7 @@ class QuotaListSerializer(serializers.ListSerializer):
         return super().to_representation(rows)
 
 
-class QuotaSerializer(serializers.ModelSerializer):
+class QuotaSerializer(StrictModelSerializer):
     project = LookupField(
         slug_field="slug",
         queryset=Project.objects.all(),
@@ -62,14 +62,24 @@ class QuotaSerializer(serializers.ModelSerializer):
         required=False,
         allow_null=True,
     )
-    max_gpus_by_model = serializers.DictField(
-        child=serializers.IntegerField(min_value=0), required=False
+    # Bounded here too, so that the schema says so and an oversized body is refused before
+    # any of it is looked at; quota_set checks the same for every caller.
+    max_gpus_by_model = BoundedDictField(
+        child=serializers.IntegerField(min_value=0), max_length=Quota.MAX_NAMES, required=False
     )
-    allowed_instance_types = serializers.ListField(child=serializers.CharField(), required=False)
-    allowed_markets = serializers.DictField(
+    allowed_instance_types = serializers.ListField(
+        child=serializers.CharField(max_length=64),
+        max_length=Quota.MAX_NAMES,
+        required=False,
+        help_text="Repeated names are kept once",
+    )
+    allowed_markets = BoundedDictField(
         child=serializers.ListField(
-            child=serializers.ChoiceField(choices=["on_demand", "spot"]), min_length=1
+            child=serializers.ChoiceField(choices=Quota.MARKETS),
+            min_length=1,
+            max_length=len(Quota.MARKETS),
         ),
+        max_length=Quota.MAX_NAMES,
         required=False,
     )
     in_use = serializers.SerializerMethodField()
@@ -99,12 +109,6 @@ class QuotaSerializer(serializers.ModelSerializer):
         read_only_fields = ["id", "updated_at"]
         # One quota per project (and member) is kept by quota_set, which updates in place.
         validators: list = []
-
-    def validate(self, attrs):
-        attrs, problems = quota_values_problems(attrs)
-        if problems:
-            raise serializers.ValidationError(problems, code="not_in_catalog")
-        return attrs
 
     def _usage(self, obj: Quota) -> Usage:
         cache = self.context.setdefault("_usage", {})
@@ -148,7 +152,7 @@ class TokenSerializer(serializers.ModelSerializer):
         return "expired" if obj.expires_at <= timezone.now() else "active"
 
 
-class TokenCreateSerializer(serializers.Serializer):
+class TokenCreateSerializer(StrictSerializer):
     username = serializers.CharField()
     password = serializers.CharField(style={"input_type": "password"}, trim_whitespace=False)
     name = serializers.CharField(max_length=100, default="api")

@@ -18,6 +18,7 @@ from rest_framework.throttling import ScopedRateThrottle
 
 from audit.services import audit_set_actor, audit_set_object
 from portal import permissions
+from portal.api.approval import ApprovalPolicyActions
 from portal.api.filters import ProjectFilter
 from portal.api.idle import IdlePolicyActions
 from portal.api.serializers import (
@@ -41,9 +42,9 @@ from portal.services import (
 )
 
 
-class ProjectViewSet(IdlePolicyActions, viewsets.ReadOnlyModelViewSet):
+class ProjectViewSet(ApprovalPolicyActions, IdlePolicyActions, viewsets.ReadOnlyModelViewSet):
     """Projects the caller belongs to (admins and finance: all projects), with their idle
-    stop."""
+    stop and approval policy."""
 
     serializer_class = ProjectSerializer
     lookup_field = "slug"

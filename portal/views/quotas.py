@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import messages
-from django.core.exceptions import ValidationError
 from django.db.models import Prefetch
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -22,7 +21,7 @@ from portal.quota_rows import (
     markets_field,
     quota_choices,
 )
-from portal.quotas import bars, change_in_words, quota_values_problems, usage_of
+from portal.quotas import bars, change_in_words, usage_of
 from portal.services import approval_policy_set, quota_set
 
 
@@ -192,11 +191,8 @@ def quota_save(request: HttpRequest, slug: str) -> HttpResponse:
     saved = Quota.objects.filter(project=project, user=None).first()
     form = QuotaForm(request.POST, prefix=slug, choices=quota_choices(), saved=saved)
     if form.is_valid():
-        values, problems = quota_values_problems(form.cleaned_data)
         with form_errors(form):
-            if problems:
-                raise ValidationError(problems, code="not_in_catalog")
-            quota_set(project=project, actor=request.user, **values)
+            quota_set(project=project, actor=request.user, **form.cleaned_data)
     if form.errors:
         return quotas_page(request, bound=(slug, form), status=400)
     return _saved(request, slug, f"Saved the quota of {project.name}.")

@@ -384,3 +384,22 @@ def test_a_zero_budget_is_refused_by_page_and_api_alike(client, api_as, fin, pro
     with pytest.raises(ValidationError) as refused:
         budget_set(project=projects["vision-lab"], actor=fin, monthly_amount=amount)
     assert refused.value.message_dict["monthly_amount"] == [BUDGET_MIN_MESSAGE]
+
+
+def test_more_thresholds_than_a_budget_takes_are_refused_by_api_and_service(api_as, fin, projects):
+    from billing.budgets import THRESHOLDS_MAX
+
+    many = list(range(1, THRESHOLDS_MAX + 2))
+    response = api_as(fin).put(
+        "/api/v1/budgets/vision-lab/",
+        {"monthly_amount": "100", "thresholds": many},
+        format="json",
+    )
+    assert response.status_code == 400
+    assert response.json()["code"] == "max_length"
+    with pytest.raises(ValidationError) as refused:
+        budget_set(project=projects["vision-lab"], actor=fin, monthly_amount="100", thresholds=many)
+    assert refused.value.message_dict["thresholds"] == [
+        f"Give at most {THRESHOLDS_MAX} thresholds."
+    ]
+    assert not Budget.objects.exists()

@@ -109,6 +109,7 @@ def pages_for(role: str, world) -> list[str]:
         *everyone,
         "/approvals/",
         "/quotas/",
+        f"/projects/{host.project.slug}/approval-policy/",
         "/audit/",
         f"/audit/events/{AuditEvent.objects.order_by('seq').first().seq}/",
         "/costs/reconciliation/",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, time
+from datetime import date, datetime
 from decimal import Decimal, InvalidOperation
 
 from django.core.exceptions import ValidationError
@@ -23,6 +23,7 @@ from django.utils import timezone
 from audit.services import audit_record_system
 from billing.models import Budget, BudgetAlert, DailyRollup
 from billing.money import SECONDS_PER_HOUR, dollars, micros
+from billing.rules import month_end, month_of, next_month
 from instances.limits import Headroom
 from instances.models import Instance, Market
 from instances.services import instance_system_stop, pools_budget_stop
@@ -39,19 +40,6 @@ COMMITTED = (
     Instance.Status.STARTING,
     Instance.Status.RUNNING,
 )
-
-
-def month_of(moment: datetime) -> date:
-    moment = moment.astimezone(UTC)
-    return date(moment.year, moment.month, 1)
-
-
-def next_month(first: date) -> date:
-    return date(first.year + (first.month == 12), first.month % 12 + 1, 1)
-
-
-def month_end(moment: datetime) -> datetime:
-    return datetime.combine(next_month(month_of(moment)), time(0), tzinfo=UTC)
 
 
 def usd(rate_seconds: int) -> str:

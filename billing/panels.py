@@ -8,9 +8,10 @@ from decimal import Decimal
 
 from django.utils import timezone
 
-from billing.budgets import budget_statuses, month_of
+from billing.budgets import budget_statuses
 from billing.money import dollars
 from billing.reports import ReportQuery, cost_report
+from billing.rules import month_of
 from portal import permissions
 from portal.models import Project, User
 from portal.panels import Panel

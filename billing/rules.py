@@ -355,3 +355,19 @@ def recompute_from(runs: Sequence[Run], since: datetime, now: datetime) -> datet
         if run.start < start <= end and run.seconds(now) < SPOT_GRACE_SECONDS:
             start = run.start
     return start
+
+
+# --- calendar months (budgets run by UTC month) ---------------------------------------------
+
+
+def month_of(moment: datetime) -> date:
+    moment = moment.astimezone(UTC)
+    return date(moment.year, moment.month, 1)
+
+
+def next_month(first: date) -> date:
+    return date(first.year + (first.month == 12), first.month % 12 + 1, 1)
+
+
+def month_end(moment: datetime) -> datetime:
+    return datetime.combine(next_month(month_of(moment)), time(0), tzinfo=UTC)

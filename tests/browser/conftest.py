@@ -90,12 +90,13 @@ def browser_log():
 
 @pytest.fixture
 def new_context(chromium, live_server, browser_log):
-    """Browser contexts whose pages report to browser_log; closed after the test."""
+    """Browser contexts whose pages report to browser_log; closed after the test. Keyword
+    arguments are Playwright's context options (bypass_csp=True, a viewport)."""
     contexts = []
 
-    def make():
+    def make(**options):
         context = chromium.new_context(
-            base_url=live_server.url, viewport={"width": 1400, "height": 900}
+            **{"base_url": live_server.url, "viewport": {"width": 1400, "height": 900}, **options}
         )
         context.add_init_script(REPORT_VIOLATIONS)
         context.on("page", browser_log.watch)

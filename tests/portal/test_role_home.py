@@ -145,4 +145,7 @@ def test_the_badge_is_on_approvals_and_counts_orders_to_decide(
 def test_the_user_menu_has_a_visible_button(client, alice):
     summary = _page(client, alice).select_one("details.menu > summary")
     assert summary.select_one(".avatar") is not None and summary.select_one(".caret") is not None
-    assert summary["aria-label"].startswith("Account menu of")
+    # Its name is its visible text with "Account menu of" before it (WCAG 2.5.3, Label in
+    # Name): an aria-label would hide the visible name and role from speech input.
+    assert summary.select_one(".sr-only").text == "Account menu of "
+    assert not summary.has_attr("aria-label")

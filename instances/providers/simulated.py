@@ -62,11 +62,12 @@ class SimulatedProvider(SpotMarket, Provider):
         return simulated_cloud_rows()
 
     def _known_images(self) -> set[str]:
-        """The ids in this region of the shipped images file, of PORTAL_IMAGE_FILE and of the
-        portal's images (an admin's included): this cloud has those images and no other."""
+        """The ids in this region of the shipped images file, of PORTAL_IMAGE_FILE and those an
+        admin set on an image: this cloud has those images and no other."""
         rows = [*image_rows(CATALOG_DIR / "images.json"), *image_rows()]
         known = {row["provider_image_ids"].get(self.region) for row in rows}
-        known.update(image.image_id_for(self.region) for image in Image.objects.all())
+        for overrides in Image.objects.values_list("image_id_overrides", flat=True):
+            known.add(overrides.get(self.region))
         known.discard(None)
         return known
 

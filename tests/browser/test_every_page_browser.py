@@ -91,6 +91,8 @@ def pages_for(role: str, world) -> list[str]:
         f"/hosts/{host.pk}/",
         f"/projects/{host.project.slug}/idle-policy/",
         "/account/tokens/",
+        "/notices/",
+        f"/quotas/{host.project.slug}/request/",
         "/activity/",
         "/costs/",
         "/budgets/",

@@ -11,6 +11,7 @@ from portal import permissions
 from portal.models import ApiToken, Membership, Project, Quota, QuotaChange, QuotaRequest, User
 from portal.quotas import Usage, usage_of
 from portal.rest import BoundedDictField, LookupField, StrictModelSerializer, StrictSerializer
+from portal.services import QUOTA_REQUEST_GPUS_RULE, QUOTA_REQUEST_MOST_GPUS
 
 
 class MembershipSerializer(serializers.ModelSerializer):
@@ -186,7 +187,14 @@ class QuotaIncreaseSerializer(serializers.ModelSerializer):
     )
     requester = serializers.CharField(source="requester.username", read_only=True)
     decided_by = serializers.CharField(source="decided_by.username", default=None, read_only=True)
-    gpus = serializers.IntegerField()
+    gpus = serializers.IntegerField(
+        min_value=1,
+        max_value=QUOTA_REQUEST_MOST_GPUS,
+        help_text="How many more GPUs",
+        error_messages=dict.fromkeys(
+            ("invalid", "min_value", "max_value"), QUOTA_REQUEST_GPUS_RULE
+        ),
+    )
     reason = serializers.CharField(max_length=2000, trim_whitespace=True)
 
     class Meta:

@@ -25,6 +25,7 @@ from portal.services.policies import (
 )
 from portal.services.quotas import (
     QUOTA_FIELDS,
+    QUOTA_REQUEST_GPUS_RULE,
     QUOTA_REQUEST_MOST_GPUS,
     limits_moved,
     quota_delete,
@@ -47,6 +48,7 @@ __all__ = [
     "APPROVAL_POLICY_FIELDS",
     "IDLE_POLICY_FIELDS",
     "QUOTA_FIELDS",
+    "QUOTA_REQUEST_GPUS_RULE",
     "QUOTA_REQUEST_MOST_GPUS",
     "TOKEN_PREFIX",
     "approval_policy_set",

@@ -71,6 +71,7 @@ def quota_set(*, project: Project, actor: User, user: User | None = None, **valu
 
 
 QUOTA_REQUEST_MOST_GPUS = 1024
+QUOTA_REQUEST_GPUS_RULE = f"Ask for 1 to {QUOTA_REQUEST_MOST_GPUS} more GPUs, as a whole number."
 
 
 @transaction.atomic
@@ -85,7 +86,7 @@ def quota_request_open(
     problems = {}
     whole = isinstance(gpus, int) and not isinstance(gpus, bool)
     if not whole or not 1 <= gpus <= QUOTA_REQUEST_MOST_GPUS:
-        problems["gpus"] = f"Ask for 1 to {QUOTA_REQUEST_MOST_GPUS} more GPUs, as a whole number."
+        problems["gpus"] = QUOTA_REQUEST_GPUS_RULE
     if not reason:
         problems["reason"] = "Say what the GPUs are for, so the admins can decide."
     elif len(reason) > 2000:

@@ -177,7 +177,7 @@ class TokenIssuedSerializer(TokenSerializer):
         read_only_fields = fields
 
 
-class QuotaIncreaseSerializer(serializers.ModelSerializer):
+class QuotaIncreaseSerializer(StrictModelSerializer):
     """A request for more of a project's quota; POST ``project``, ``gpus`` and ``reason``."""
 
     project = LookupField(
@@ -224,7 +224,7 @@ class QuotaIncreaseSerializer(serializers.ModelSerializer):
         return project
 
 
-class QuotaIncreaseDecisionSerializer(serializers.Serializer):
+class QuotaIncreaseDecisionSerializer(StrictSerializer):
     """An admin's answer to a request: ``grant`` (raises the GPU limit by what was asked) or
     ``decline``, with an optional sentence."""
 

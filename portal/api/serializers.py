@@ -186,7 +186,9 @@ class QuotaIncreaseSerializer(StrictModelSerializer):
         error_messages={"does_not_exist": "{value} is not a project; see /api/v1/projects/."},
     )
     requester = serializers.CharField(source="requester.username", read_only=True)
-    decided_by = serializers.CharField(source="decided_by.username", default=None, read_only=True)
+    decided_by = serializers.CharField(
+        source="decided_by.username", default=None, read_only=True, allow_null=True
+    )
     gpus = serializers.IntegerField(
         min_value=1,
         max_value=QUOTA_REQUEST_MOST_GPUS,

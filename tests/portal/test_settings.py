@@ -142,8 +142,8 @@ def test_env_example_documents_every_variable_settings_read():
 
 
 @pytest.mark.parametrize("name", ["DATABASE_URL", "CELERY_BROKER_URL", "PORTAL_PROVIDER"])
-def test_readme_settings_table_names_the_main_variables(name):
-    assert f"`{name}`" in (ROOT / "README.md").read_text()
+def test_the_settings_page_names_the_main_variables(name):
+    assert f"`{name}`" in (ROOT / "docs" / "settings.md").read_text()
 
 
 PRODUCTION = {

@@ -76,6 +76,24 @@ def test_the_readme_shows_one_screenshot_that_is_small():
     assert (ROOT / images[0]).stat().st_size < 250_000
 
 
+CITATION = re.compile(r"docs/design\.md rule (\d+)")
+RULE = re.compile(r"^### Rule (\d+): ", re.MULTILINE)
+CITING = ["portal", "instances", "billing", "audit", "demo", "tests", "templates", "static"]
+
+
+def test_every_house_rule_the_code_cites_exists():
+    rules = {int(number) for number in RULE.findall((DOCS / "design.md").read_text())}
+    assert rules == set(range(1, len(rules) + 1)), "house rules are numbered 1, 2, 3 ..."
+    cited = {}
+    for folder in CITING:
+        for path in (ROOT / folder).rglob("*"):
+            if path.suffix in {".py", ".html", ".js", ".css"} and path.is_file():
+                for number in CITATION.findall(path.read_text(errors="replace")):
+                    cited.setdefault(int(number), path.relative_to(ROOT))
+    unknown = {number: str(path) for number, path in cited.items() if number not in rules}
+    assert not unknown, f"citations of rules docs/design.md does not have: {unknown}"
+
+
 def test_the_link_checker_sees_what_it_should(tmp_path):
     page = tmp_path / "page.md"
     page.write_text(

@@ -5,9 +5,9 @@ DELETE and TRUNCATE; only the retention service may delete, and only whole seale
 That is why the chain's hashes live in their own table (``AuditChainLink``) instead of a column
 on the event: sealing an event must not update it.
 
-The audit app imports no other app of the portal (DESIGN: imports run one way), so the actor is
-kept as a plain id with a snapshot of the username and role, never as a foreign key: the row
-must outlive the user and must never be rewritten by ``on_delete``.
+The audit app imports no other app of the portal (docs/design.md rule 9: imports run one way),
+so the actor is kept as a plain id with a snapshot of the username and role, never as a foreign
+key: the row must outlive the user and must never be rewritten by ``on_delete``.
 """
 
 from __future__ import annotations

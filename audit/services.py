@@ -1,4 +1,4 @@
-"""Writers of the audit log (DESIGN rule 1): events, the hash chain, retention, export.
+"""Writers of the audit log (docs/design.md rule 1): events, the hash chain, retention, export.
 
 Other apps record what their tasks and commands change with :func:`audit_record_system`, and
 name the object a view acted on with :func:`audit_set_object`; the middleware records every

@@ -1,4 +1,4 @@
-"""Audit's periodic tasks: thin wrappers around services (DESIGN rule 4).
+"""Audit's periodic tasks: thin wrappers around services (docs/design.md rule 4).
 
 The sealer does not write an audit row per tick (its checkpoint is its record); export and
 retention write one when they changed something.

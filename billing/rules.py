@@ -108,7 +108,7 @@ _ENDED_WORDS = {
 
 
 def rules_in_words() -> list[dict[str, str]]:
-    """The table as people read it (the Costs page and the README show this)."""
+    """The table as people read it (the Costs page and docs/finance.md show this)."""
     return [
         {
             "key": rule.key,

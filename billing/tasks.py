@@ -1,4 +1,4 @@
-"""Billing's periodic tasks: thin wrappers around services (DESIGN rule 4)."""
+"""Billing's periodic tasks: thin wrappers around services (docs/design.md rule 4)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""What the catalog tells other apps, through hooks named in settings (DESIGN: a later app is
-consulted through a list of dotted paths, never an upward import or a signal)."""
+"""What the catalog tells other apps, through hooks named in settings (docs/design.md rule 9: a
+later app is consulted through a list of dotted paths, never an upward import or a signal)."""
 
 from __future__ import annotations
 

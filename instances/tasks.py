@@ -1,4 +1,4 @@
-"""Celery tasks for hosts: thin wrappers that take ids and call one service (DESIGN rule 4).
+"""Celery tasks for hosts: thin wrappers that take ids and call one service (docs/design.md rule 4).
 
 The provisioning queue runs with acks_late, reject-on-worker-lost and prefetch 1 (settings), so
 a killed worker's task runs again; every service here is safe to run twice.

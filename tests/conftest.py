@@ -1,7 +1,7 @@
 """Shared fixtures: the personas, the seeded catalog, API clients, and the service rules.
 
-Personas (DESIGN rule 11): alice and bob share vision-lab, carol is in nlp-lab, ada is admin,
-fin is finance.
+Personas (docs/design.md rule 15): alice and bob share vision-lab, carol is in nlp-lab, ada is
+admin, fin is finance.
 
 Tests that need PostgreSQL or Redis are marked; without those services they are skipped with a
 reason that ``make test`` prints. With PORTAL_REQUIRE_SERVICES=1 (CI) such a skip is an error.
@@ -242,7 +242,8 @@ ED25519 = (
 
 @pytest.fixture(autouse=True)
 def _instant_cloud(settings):
-    """The simulated cloud boots hosts at once in tests (DESIGN: zero boot delay in tests)."""
+    """The simulated cloud boots hosts at once in tests (docs/design.md rule 15: zero boot delay
+    in tests)."""
     settings.PORTAL_SIMULATED_BOOT_SECONDS = 0
     settings.PORTAL_SIMULATED_API_LATENCY_SECONDS = 0
 

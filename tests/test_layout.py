@@ -1,5 +1,6 @@
-"""The layout DESIGN.md promises, read from the code: imports run one way
-(audit <- portal <- instances <- billing <- demo), no import cycles, no module past ~500 lines.
+"""The layout docs/design.md rule 9 promises, read from the code: imports run one way
+(audit <- portal <- instances <- billing <- demo), no import cycles, and (rule 14) no module past
+~500 lines.
 
 Every import counts, at module level or inside a function: an import hidden in a function is
 still a dependency, and hiding one is how cycles were kept before.
@@ -12,7 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = {"audit": 0, "portal": 1, "instances": 2, "billing": 3, "demo": 4}
-# The places that gather every app (DESIGN: the root URLconf and settings).
+# The places that gather every app (docs/design.md rule 9: the root URLconf and settings).
 GATHERERS = {"portal.urls", "portal.settings", "portal.celery", "portal.wsgi"}
 MAX_LINES = 520
 

@@ -74,7 +74,7 @@ EXPECTED: dict[tuple[str, str], tuple[int, ...]] = {
     ("audit-export-csv", "GET"): (403, 403, 403, 200, 403, 302),
     ("audit-export-jsonl", "GET"): (403, 403, 403, 200, 403, 302),
     ("my-activity", "GET"): (200, 200, 200, 200, 200, 302),
-    # The schema and its docs are public (README, API): what they describe is not.
+    # The schema and its docs are public (docs/api.md, Signing in): what they describe is not.
     ("api-docs", "GET"): (200, 200, 200, 200, 200, 200),
     ("costs", "GET"): (200, 200, 200, 200, 200, 302),
     ("costs-csv", "GET"): (200, 200, 200, 200, 200, 302),

@@ -245,8 +245,8 @@ class Instance(models.Model):
     # Hosts whose lease is counting down and may be extended (the lease expiry acts on them).
     LEASED = frozenset({Status.RUNNING, Status.STOPPING, Status.STOPPED, Status.STARTING})
     MOVING = frozenset({Status.PROVISIONING, Status.STOPPING, Status.STARTING, Status.TERMINATING})
-    # The legal moves (DESIGN rule 3). Every launched status may also end in `terminated` when
-    # the cloud says the host is gone (the reconciler's ghosts); a stop or start the cloud
+    # The legal moves (docs/design.md rule 3). Every launched status may also end in `terminated`
+    # when the cloud says the host is gone (the reconciler's ghosts); a stop or start the cloud
     # refuses goes back where it came from.
     ALLOWED: dict[str, frozenset[str]] = {
         Status.REQUESTED: frozenset({Status.PROVISIONING, Status.TERMINATING, Status.FAILED}),
@@ -285,9 +285,9 @@ class Instance(models.Model):
         return self.order.lease_hours + self.lease_extended_hours
 
     def lease_end(self, *, if_started_at: datetime | None = None) -> datetime | None:
-        """The one rule for when a lease ends (README, Leases): its hours, the order's plus its
-        extensions, from when the host first ran, never from its launch. A host that has not
-        run yet ends ``if_started_at`` plus its hours (None without it)."""
+        """The one rule for when a lease ends (docs/researchers.md, Leases): its hours, the order's
+        plus its extensions, from when the host first ran, never from its launch. A host that has
+        not run yet ends ``if_started_at`` plus its hours (None without it)."""
         began = self.lease_started_at or if_started_at
         if began is None:
             return None

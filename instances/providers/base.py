@@ -77,7 +77,7 @@ class CloudState:
     GONE = frozenset({SHUTTING_DOWN, TERMINATED})
 
 
-# Tag keys every cloud resource the portal creates carries (DESIGN rule 5).
+# Tag keys every cloud resource the portal creates carries (docs/design.md rule 5).
 TAG_INSTANCE = "portal:instance"
 TAG_PROJECT = "portal:project"
 TAG_OWNER = "portal:owner"

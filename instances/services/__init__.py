@@ -1,5 +1,5 @@
-"""The writers of the catalog, orders and hosts (DESIGN rule 1: services are the only writers),
-one module per concern:
+"""The writers of the catalog, orders and hosts (docs/design.md rule 1: services are the only
+writers), one module per concern:
 
 - catalog: instance types and images from the cloud, spot prices seen
 - orders: estimate, validate, admit and place an order; the hosts it creates

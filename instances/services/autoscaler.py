@@ -227,8 +227,9 @@ def _target_track(pool: Pool, hosts: list[Host], minutes: dict, now: datetime, e
     out, into = window(pool.scale_out_minutes), window(pool.scale_in_minutes)
     if out and min(out) > target and warm:
         mean = sum(out) / len(out)
-        # Proportional, as the README says and EC2 target tracking does: no "at least one
-        # more" floor (hot warm hosts fewer than desired: the ones still warming take load).
+        # Proportional, as docs/researchers.md (Pools) says and EC2 target tracking does: no "at
+        # least one more" floor (hot warm hosts fewer than desired: the ones still warming take
+        # load).
         want = math.ceil(warm * mean / target)
         if _set_desired(
             pool,

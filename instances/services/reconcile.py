@@ -1,4 +1,4 @@
-"""The loop that repairs lost and doubled work (DESIGN rule 5)."""
+"""The loop that repairs lost and doubled work (docs/design.md rule 5)."""
 
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def _give_up(instance: Instance, *, limit: int, actor: str) -> None:
 
 
 def reconcile(*, provider: Provider | None = None, now: datetime | None = None) -> ReconcileReport:
-    """One pass of the loop that repairs lost and doubled work (DESIGN rule 5)."""
+    """One pass of the loop that repairs lost and doubled work (docs/design.md rule 5)."""
     provider = provider or get_provider()
     now = now or timezone.now()
     report = ReconcileReport()

@@ -1,4 +1,5 @@
-"""The state machines: the only writers of Order.status and Instance.status (DESIGN rule 3)."""
+"""The state machines: the only writers of Order.status and Instance.status (docs/design.md
+rule 3)."""
 
 from __future__ import annotations
 
@@ -105,8 +106,8 @@ def instance_transition(
     actor: str,
     at: datetime | None = None,
 ) -> tuple[Instance, bool]:
-    """The only writer of Instance.status (DESIGN rule 3). Locks the row, treats a repeat as a
-    no-op, refuses illegal moves, and records the move with the cloud's time when given."""
+    """The only writer of Instance.status (docs/design.md rule 3). Locks the row, treats a repeat
+    as a no-op, refuses illegal moves, and records the move with the cloud's time when given."""
     pk = instance.pk if isinstance(instance, Instance) else instance
     with transaction.atomic():
         row = Instance.objects.select_for_update().select_related("order").get(pk=pk)

@@ -1,4 +1,4 @@
-"""Writers for people and projects (DESIGN rule 1: services are the only writers), one topic
+"""Writers for people and projects (docs/design.md rule 1: services are the only writers), one topic
 file each: people, quotas, policies, notices, tokens. Callers import from here."""
 
 from __future__ import annotations

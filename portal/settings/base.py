@@ -13,18 +13,43 @@ from csp.constants import NONE, SELF
 from portal.env import env_bool, env_int, env_list, env_required, env_str
 
 BASE_DIR = Path(__file__).resolve().parents[2]  # portal/settings/base.py -> the checkout
-VAR_DIR = Path(env_str("PORTAL_VAR_DIR", str(BASE_DIR / "var")))
+VAR_DIR = Path(
+    env_str(
+        "PORTAL_VAR_DIR",
+        str(BASE_DIR / "var"),
+        help="Folder for local state: the SQLite file, the filesystem broker, beat's heartbeat "
+        "files, the audit witness and the simulated cloud's checkpoints (the defaults shown as "
+        "var/... move with it).",
+    )
+)
 
 # Off unless asked for: a forgotten variable must never serve tracebacks to the internet.
-DEBUG = env_bool("DJANGO_DEBUG", False)
+DEBUG = env_bool(
+    "DJANGO_DEBUG",
+    False,
+    help="0 (the default) is a production server: secure cookies, HSTS, SSL redirect, hashed "
+    "static files, no tracebacks, and DJANGO_SECRET_KEY and PORTAL_AUDIT_SIGNING_KEY required. "
+    "1 is development: make run, make lint and make bench set it; export it yourself for "
+    "manage.py in a checkout.",
+)
 PRODUCTION_NEEDS = "when DJANGO_DEBUG=0 (the default; DJANGO_DEBUG=1 for development)"
-if DEBUG:
-    SECRET_KEY = env_str("DJANGO_SECRET_KEY") or "dev-only-insecure-key-never-use-in-production"
-else:
-    SECRET_KEY = env_required("DJANGO_SECRET_KEY", when=PRODUCTION_NEEDS)
+SECRET_KEY = env_required(
+    "DJANGO_SECRET_KEY",
+    when=PRODUCTION_NEEDS,
+    help="Django's secret key (sessions, CSRF, signed values). Unset in production, the "
+    "portal refuses to start and names it; in development a fixed, insecure key stands in.",
+    fallback="dev-only-insecure-key-never-use-in-production" if DEBUG else None,
+)
 
-ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
-CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS")
+ALLOWED_HOSTS = env_list(
+    "DJANGO_ALLOWED_HOSTS",
+    "localhost,127.0.0.1,[::1]",
+    help="Host names the portal answers to.",
+)
+CSRF_TRUSTED_ORIGINS = env_list(
+    "DJANGO_CSRF_TRUSTED_ORIGINS",
+    help="Origins allowed to post forms, e.g. https://gpu.example.org.",
+)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -89,8 +114,17 @@ TEMPLATES = [
 
 DATABASES = {
     "default": dj_database_url.parse(
-        env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'portal.sqlite3'}"),
-        conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60),
+        env_str(
+            "DATABASE_URL",
+            f"sqlite:///{VAR_DIR / 'portal.sqlite3'}",
+            help="The database, e.g. postgres://user:password@host:5432/portal (production, "
+            "CI). The default is SQLite under PORTAL_VAR_DIR, for make run.",
+        ),
+        conn_max_age=env_int(
+            "DATABASE_CONN_MAX_AGE",
+            60,
+            help="Seconds a database connection is kept open between requests (SQLite: always 0).",
+        ),
         conn_health_checks=True,
     )
 }
@@ -132,8 +166,17 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "dashboard"
-EMAIL_BACKEND = env_str("DJANGO_EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
-DEFAULT_FROM_EMAIL = env_str("DJANGO_DEFAULT_FROM_EMAIL", "GPU Portal <portal@localhost>")
+EMAIL_BACKEND = env_str(
+    "DJANGO_EMAIL_BACKEND",
+    "django.core.mail.backends.console.EmailBackend",
+    help="How notices are emailed (approvals, lease and idle warnings, budget alerts): the "
+    "console in development; e.g. django.core.mail.backends.smtp.EmailBackend in production.",
+)
+DEFAULT_FROM_EMAIL = env_str(
+    "DJANGO_DEFAULT_FROM_EMAIL",
+    "GPU Portal <portal@localhost>",
+    help="The sender of the portal's email.",
+)
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -141,7 +184,13 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = Path(env_str("DJANGO_STATIC_ROOT", str(BASE_DIR / "staticfiles")))
+STATIC_ROOT = Path(
+    env_str(
+        "DJANGO_STATIC_ROOT",
+        str(BASE_DIR / "staticfiles"),
+        help="Where collectstatic writes the static files whitenoise serves.",
+    )
+)
 NODE_MODULES = BASE_DIR / "node_modules"
 STATICFILES_DIRS = [
     BASE_DIR / "static",
@@ -166,11 +215,28 @@ STORAGES = {
 # Production hardening: every `check --deploy` warning is cleared when DJANGO_DEBUG=0.
 # DJANGO_SECURE_SSL_REDIRECT=0 is for a deployment whose TLS proxy already redirects.
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", not DEBUG)
+SECURE_SSL_REDIRECT = env_bool(
+    "DJANGO_SECURE_SSL_REDIRECT",
+    not DEBUG,
+    help="Redirect http to https. Set 0 only when a TLS proxy in front already redirects, or "
+    "for a local trial over http (docker compose sets 0).",
+    doc_default="1 (0 when DJANGO_DEBUG=1)",
+)
 SECURE_REDIRECT_EXEMPT = [r"^health/$"]
-SESSION_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", not DEBUG)
+SESSION_COOKIE_SECURE = env_bool(
+    "DJANGO_SECURE_COOKIES",
+    not DEBUG,
+    help="Send the session and CSRF cookies over https only. Set 0 only for a local trial over "
+    "http (docker compose sets 0).",
+    doc_default="1 (0 when DJANGO_DEBUG=1)",
+)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
-SECURE_HSTS_SECONDS = env_int("DJANGO_HSTS_SECONDS", 0 if DEBUG else 31_536_000)
+SECURE_HSTS_SECONDS = env_int(
+    "DJANGO_HSTS_SECONDS",
+    0 if DEBUG else 31_536_000,
+    help="Strict-Transport-Security max-age in seconds (with subdomains and preload).",
+    doc_default="31536000 (0 when DJANGO_DEBUG=1)",
+)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = True
 SECURE_HSTS_PRELOAD = True
 SECURE_CONTENT_TYPE_NOSNIFF = True
@@ -238,17 +304,54 @@ SESSION_COOKIE_AGE = 12 * 3600
 # body 413, each with {"code", "detail"} and an audit row. gunicorn (gunicorn.conf.py) refuses
 # longer request lines and header fields itself, before Django, without a row.
 # The largest JSON or form body; Django also applies it to the fields of a multipart form.
-DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("DJANGO_DATA_UPLOAD_MAX_MEMORY_SIZE", 1024 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int(
+    "DJANGO_DATA_UPLOAD_MAX_MEMORY_SIZE",
+    1024 * 1024,
+    help="The largest JSON or form body, in bytes; a larger one answers 413.",
+)
 # The most fields a form or query string may have (Django answers 400 beyond it).
-DATA_UPLOAD_MAX_NUMBER_FIELDS = env_int("DJANGO_DATA_UPLOAD_MAX_NUMBER_FIELDS", 1000)
+DATA_UPLOAD_MAX_NUMBER_FIELDS = env_int(
+    "DJANGO_DATA_UPLOAD_MAX_NUMBER_FIELDS",
+    1000,
+    help="The most fields in a form or query string; more answers 400.",
+)
 # An uploaded file larger than this is spooled to a temporary file instead of memory.
-FILE_UPLOAD_MAX_MEMORY_SIZE = env_int("DJANGO_FILE_UPLOAD_MAX_MEMORY_SIZE", 2_621_440)
+FILE_UPLOAD_MAX_MEMORY_SIZE = env_int(
+    "DJANGO_FILE_UPLOAD_MAX_MEMORY_SIZE",
+    2_621_440,
+    help="Uploaded files larger than this many bytes are spooled to a temporary file.",
+)
 # The largest multipart body, files included (a Cost and Usage Report upload).
-PORTAL_MAX_UPLOAD_BYTES = env_int("PORTAL_MAX_UPLOAD_BYTES", 100 * 1024 * 1024)
+PORTAL_MAX_UPLOAD_BYTES = env_int(
+    "PORTAL_MAX_UPLOAD_BYTES",
+    100 * 1024 * 1024,
+    help="The largest multipart body, files included (a Cost and Usage Report upload), in "
+    "bytes; a larger one answers 413.",
+)
 # Characters of the path, of the query string, and of any one header value.
-PORTAL_MAX_PATH_LENGTH = env_int("PORTAL_MAX_PATH_LENGTH", 2048)
-PORTAL_MAX_QUERY_LENGTH = env_int("PORTAL_MAX_QUERY_LENGTH", 4096)
-PORTAL_MAX_HEADER_LENGTH = env_int("PORTAL_MAX_HEADER_LENGTH", 8192)
+PORTAL_MAX_PATH_LENGTH = env_int(
+    "PORTAL_MAX_PATH_LENGTH", 2048, help="Characters of the path; a longer one answers 414."
+)
+PORTAL_MAX_QUERY_LENGTH = env_int(
+    "PORTAL_MAX_QUERY_LENGTH",
+    4096,
+    help="Characters of the query string; a longer one answers 414.",
+)
+PORTAL_MAX_HEADER_LENGTH = env_int(
+    "PORTAL_MAX_HEADER_LENGTH",
+    8192,
+    help="Characters of any one header value; a longer one answers 431.",
+)
+# How many reverse proxies of ours stand in front of the portal; X-Forwarded-For is believed
+# only that far, so a client cannot choose the source address recorded for it (the audit log,
+# the sign-in lockout and DRF's throttles all use the same address).
+PORTAL_TRUSTED_PROXIES = env_int(
+    "PORTAL_TRUSTED_PROXIES",
+    0,
+    help="Reverse proxies of yours in front of the portal: X-Forwarded-For is believed only "
+    "that far (0 ignores it), for the audit log's source address, the sign-in lockout and "
+    "the API's rate limits.",
+)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -276,11 +379,21 @@ REST_FRAMEWORK = {
     # The token endpoint has its own limit, besides the per-account lockout.
     # The public schema costs seconds to generate: callers not signed in get it at this rate.
     "DEFAULT_THROTTLE_RATES": {
-        "auth-token": env_str("PORTAL_TOKEN_RATE", "10/minute"),
-        "anon-schema": env_str("PORTAL_SCHEMA_ANON_RATE", "30/minute"),
+        "auth-token": env_str(
+            "PORTAL_TOKEN_RATE",
+            "10/minute",
+            help="How often one address may ask POST /api/v1/auth/tokens/ for a token (a DRF "
+            "rate), besides the per-account sign-in lockout.",
+        ),
+        "anon-schema": env_str(
+            "PORTAL_SCHEMA_ANON_RATE",
+            "30/minute",
+            help="How often one address not signed in may fetch /api/v1/schema/, which is "
+            "generated on each request (429 beyond it; signed-in callers are not limited).",
+        ),
     },
     # Throttles key on the address the audit log records, never on a client's X-Forwarded-For.
-    "NUM_PROXIES": env_int("PORTAL_TRUSTED_PROXIES", 0),
+    "NUM_PROXIES": PORTAL_TRUSTED_PROXIES,
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "GPU host portal API",
@@ -315,7 +428,12 @@ SPECTACULAR_SETTINGS = {
 # before the database (cached_db: a sign-out still ends the session everywhere at once). Without
 # one each process caches for itself, which suits the embedded default, and sessions stay in the
 # database alone.
-PORTAL_CACHE_URL = env_str("PORTAL_CACHE_URL")
+PORTAL_CACHE_URL = env_str(
+    "PORTAL_CACHE_URL",
+    help="A cache every process shares, e.g. redis://host:6379/1: the token endpoint's rate "
+    "then counts across all web workers, and sessions are read from it before the database. "
+    "Empty: each process caches for itself (docker compose sets one).",
+)
 if PORTAL_CACHE_URL:
     CACHES = {
         "default": {
@@ -328,7 +446,12 @@ if PORTAL_CACHE_URL:
 
 # Celery. The embedded default is kombu's filesystem transport under var/ (no services needed);
 # compose and CI point CELERY_BROKER_URL at Redis.
-CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
+CELERY_BROKER_URL = env_str(
+    "CELERY_BROKER_URL",
+    "filesystem://",
+    help="Celery's broker, e.g. redis://host:6379/0 (production, CI). The default is kombu's "
+    "filesystem transport under PORTAL_VAR_DIR/broker, for make run.",
+)
 BROKER_DIR = VAR_DIR / "broker"
 if CELERY_BROKER_URL.startswith("filesystem://"):
     CELERY_BROKER_TRANSPORT_OPTIONS = {
@@ -367,39 +490,11 @@ CELERY_TASK_ROUTES = {
     "instances.tasks.stop_instance": {"queue": "provisioning"},
     "instances.tasks.terminate_instance": {"queue": "provisioning"},
 }
-CELERY_BEAT_SCHEDULE = {
-    "reconcile-instances": {
-        "task": "instances.tasks.reconcile",
-        "schedule": env_int("PORTAL_RECONCILE_SECONDS", 30),
-    },
-    "expire-leases": {"task": "instances.tasks.expire_leases", "schedule": 60},
-    "warn-leases": {
-        "task": "instances.tasks.warn_leases",
-        "schedule": env_int("PORTAL_LEASE_WARN_SECONDS", 60),
-    },
-    "expire-orders": {"task": "instances.tasks.expire_orders", "schedule": 3600},
-    "collect-telemetry": {
-        "task": "instances.tasks.collect_telemetry",
-        "schedule": env_int("PORTAL_TELEMETRY_SECONDS", 60),
-    },
-    "compact-telemetry": {"task": "instances.tasks.compact_telemetry", "schedule": 3600},
-    "stop-idle-hosts": {
-        "task": "instances.tasks.stop_idle_hosts",
-        "schedule": env_int("PORTAL_IDLE_CHECK_SECONDS", 60),
-    },
-    "drain-spot-events": {
-        "task": "instances.tasks.drain_spot_events",
-        "schedule": env_int("PORTAL_SPOT_EVENTS_SECONDS", 10),
-    },
-    "refresh-spot-prices": {
-        "task": "billing.tasks.refresh_spot_prices",
-        "schedule": env_int("PORTAL_SPOT_PRICE_REFRESH_SECONDS", 300),
-    },
-    "autoscale-pools": {
-        "task": "instances.tasks.autoscale",
-        "schedule": env_int("PORTAL_AUTOSCALE_SECONDS", 60),
-    },
-}
+# The periodic tasks: each app's settings module adds its own (instances, billing, audit).
+CELERY_BEAT_SCHEDULE: dict[str, dict] = {}
 
-
-PORTAL_DEMO_PASSWORD = env_str("PORTAL_DEMO_PASSWORD", "gpu-demo-2026")
+PORTAL_DEMO_PASSWORD = env_str(
+    "PORTAL_DEMO_PASSWORD",
+    "gpu-demo-2026",
+    help="Password of the demo users seed_demo creates (a changed password is never reset).",
+)

@@ -40,7 +40,8 @@ def test_the_limits_are_explicit_with_the_defaults_the_docs_give():
     }
     for name, value in limits.items():
         assert int(documented[name]) == value, name
-        assert f"`{name}`" in (ROOT / "README.md").read_text(), f"README does not name {name}"
+        page = (ROOT / "docs" / "settings.md").read_text()
+        assert f"`{name}`" in page, f"docs/settings.md does not name {name}"
     assert django_settings.DATA_UPLOAD_MAX_MEMORY_SIZE == 1024 * 1024
 
 

@@ -202,7 +202,8 @@ def test_a_pool_just_below_its_target_keeps_its_size_instead_of_flapping(make_po
     clock.shift(timedelta(minutes=5, seconds=30))
     services.autoscale()
     pool.refresh_from_db()
-    # ceil(3 x 69 / 70) = 3, the README's formula; two hosts would run at 104 %.
+    # ceil(3 x 69 / 70) = 3, the formula in docs/researchers.md (Pools); two hosts would run at
+    # 104 %.
     assert pool.desired == 3
     assert not pool.events.filter(kind=PoolEvent.Kind.TARGET).exists()
 

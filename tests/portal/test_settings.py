@@ -142,8 +142,8 @@ def test_env_example_documents_every_variable_settings_read():
 
 
 @pytest.mark.parametrize("name", ["DATABASE_URL", "CELERY_BROKER_URL", "PORTAL_PROVIDER"])
-def test_readme_settings_table_names_the_main_variables(name):
-    assert f"`{name}`" in (ROOT / "README.md").read_text()
+def test_the_settings_page_names_the_main_variables(name):
+    assert f"`{name}`" in (ROOT / "docs" / "settings.md").read_text()
 
 
 PRODUCTION = {
@@ -195,8 +195,8 @@ def test_development_keeps_accepting_a_short_audit_signing_key(tmp_path):
     assert result.stdout.split() == ["k"]
 
 
-def test_the_readme_and_env_example_state_the_signing_key_rule():
-    for document in ("README.md", ".env.example"):
+def test_the_docs_and_env_example_state_the_signing_key_rule():
+    for document in ("docs/operations.md", "docs/settings.md", ".env.example"):
         text = " ".join((ROOT / document).read_text().split())
         assert "at least 32 bytes" in text, document
 

@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PORTAL_PORT ?= 8000
 export PORTAL_PORT
 
-.PHONY: run test lint bench install clean lock
+.PHONY: run test test-fast lint bench install clean lock
 
 # Installs exactly the versions in the lock files (requirements-dev.lock for a checkout,
 # requirements.lock in the image); `make lock` refreshes them from pyproject.toml.
@@ -47,8 +47,16 @@ run: install
 	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" PROMETHEUS_MULTIPROC_DIR=$(METRICS_DIR) $(VENV)/bin/honcho --procfile Procfile --app-root . start \
 		|| [ $$? -eq 130 ]
 
+# The whole suite, in parallel: each pytest-xdist worker has a database, a Redis number and a
+# var/ folder of its own (tests/parallel.py). Most of the slow tests wait on a browser, a
+# worker or a poll rather than compute, so more workers than cores pay; worksteal evens out
+# the few long ones. test-fast is the inner loop: no browser, worker, live-server or fuzz tests.
+TEST_WORKERS ?= 4
 test: install
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal
+
+test-fast: install
+	$(PY) -m pytest -n 2 --dist worksteal -m "not real_clock and not fuzz" -q
 
 lint: install
 	$(VENV)/bin/ruff check .

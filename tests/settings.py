@@ -11,6 +11,10 @@ import os
 # and workers tests start in subprocesses.
 os.environ.setdefault("DJANGO_DEBUG", "1")
 
+
+# Each xdist worker's own Redis number and var/ folder (tests/parallel.py), set before the
+# settings read them.
+import tests.parallel  # noqa: F401
 from portal.settings import *  # noqa: F403
 from portal.settings import MIDDLEWARE
 

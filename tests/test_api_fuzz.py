@@ -40,7 +40,7 @@ from schemathesis.specs.openapi.checks import (
 
 from tests.conftest import ED25519
 
-pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
+pytestmark = [pytest.mark.django_db, pytest.mark.postgres, pytest.mark.fuzz]
 
 CHECKS = [
     not_a_server_error,

@@ -20,6 +20,18 @@ ROOT = Path(__file__).resolve().parents[1]
 QUEUES = ("celery", "provisioning")
 
 
+def trial_count(name: str, default: int) -> int:
+    """How many times a kill-loop test repeats, from the environment (``PORTAL_TEST_<NAME>``)
+    or its default: the defaults are what CI runs, enough to land kills in the windows the
+    tests exist for (each test prints how many did); fewer serve a quick local look."""
+    raw = os.environ.get(f"PORTAL_TEST_{name}", "")
+    if not raw:
+        return default
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"PORTAL_TEST_{name} must be a whole number of trials, not {raw!r}")
+    return int(raw)
+
+
 def database_url() -> str:
     """The URL of the database the tests are using right now (pytest-django's test copy)."""
     db = connection.settings_dict

@@ -60,11 +60,14 @@ def browse(live_server, request):
 
                     try:
                         script(page, sign_in)
-                    finally:
+                    except BaseException:
+                        # Only a failing run's page is kept (tests/browser/conftest.py).
                         ARTIFACTS.mkdir(exist_ok=True)
                         page.screenshot(
                             path=str(ARTIFACTS / f"{request.node.name}.png"), full_page=True
                         )
+                        raise
+                    finally:
                         browser.close()
             except BaseException as error:  # noqa: BLE001 - handed to the test's thread
                 failure.append(error)

@@ -12,6 +12,9 @@ from tests.conftest import PASSWORD
 
 CHROMIUM = Path(os.environ.get("PORTAL_CHROMIUM", "/usr/bin/chromium"))
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+# Screenshots cost a full-page render each (the phone sweep alone took 200): a test keeps them
+# only when it fails, or when someone reviewing the pages asks with PORTAL_BROWSER_SCREENSHOTS=1.
+SCREENSHOTS = os.environ.get("PORTAL_BROWSER_SCREENSHOTS") == "1"
 # Playwright's sync API runs an event loop in this thread; Django's ORM calls made by the test
 # itself (fixtures, assertions) are still synchronous and safe.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
@@ -108,13 +111,31 @@ def new_context(chromium, live_server, browser_log):
         context.close()
 
 
+def keep_screenshot(page, name: str, *, full_page: bool = True) -> None:
+    """Save a screenshot of the page as test-artifacts/<name>.png when PORTAL_BROWSER_SCREENSHOTS
+    is 1 (for reviewing what the pages look like); a failing test's page is kept regardless."""
+    if SCREENSHOTS:
+        path = ARTIFACTS / f"{name}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(path), full_page=full_page)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.when == "call":
+        item.browser_test_failed = report.failed
+    return report
+
+
 @pytest.fixture
 def page(new_context, request):
     page = new_context().new_page()
     page.set_default_timeout(15_000)
     yield page
-    ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"), full_page=True)
+    if getattr(request.node, "browser_test_failed", True) or SCREENSHOTS:
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"), full_page=True)
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from instances import services
 from instances.models import PoolSample
 from portal.models import ApiToken
 from portal.services import approval_policy_set, quota_set, token_issue
-from tests.browser.conftest import ARTIFACTS, answer_confirmation
+from tests.browser.conftest import answer_confirmation, keep_screenshot
 from tests.conftest import ED25519, PASSWORD
 from tests.test_route_matrix import NOT_HERE, PAGE_METHODS
 
@@ -178,8 +178,6 @@ def test_every_page_loads_under_the_policy_without_a_console_error(
     page = new_context().new_page()
     page.set_default_timeout(20_000)
     sign_in_on(page, username)
-    shots = ARTIFACTS / "pages"
-    shots.mkdir(parents=True, exist_ok=True)
     problems, visited = [], set()
     for path in pages_for(role, world):
         browser_log.clear()
@@ -190,7 +188,7 @@ def test_every_page_loads_under_the_policy_without_a_console_error(
         assert "camera=()" in response.headers.get("permissions-policy", ""), path
         settle(page, path)
         name = path.strip("/").replace("/", "_") or "root"
-        page.screenshot(path=str(shots / f"{role}-{name}.png"), full_page=True)
+        keep_screenshot(page, f"pages/{role}-{name}")
         problems += [f"{path}: {error}" for error in browser_log.errors]
         visited.add(resolve(path).url_name)
     assert not problems, "\n".join(problems)

@@ -6,7 +6,7 @@ import pytest
 from playwright.sync_api import expect
 
 from instances.models import Instance, Order
-from tests.browser.conftest import answer_confirmation
+from tests.browser.conftest import answer_confirmation, keep_screenshot
 from tests.conftest import ED25519, PASSWORD
 from tests.workers import wait_for
 
@@ -108,6 +108,6 @@ def test_quota_refusal_then_an_approved_order_provisions(
     expect(other.locator('[data-project="vision-lab"] [data-quota="GPUs"]')).to_contain_text(
         "3 / 8"
     )
-    other.screenshot(path="test-artifacts/governance-bob-dashboard.png", full_page=True)
+    keep_screenshot(other, "governance-bob-dashboard")
     admin.goto("/quotas/")
-    admin.screenshot(path="test-artifacts/governance-ada-quotas.png", full_page=True)
+    keep_screenshot(admin, "governance-ada-quotas")

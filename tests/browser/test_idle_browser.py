@@ -13,7 +13,7 @@ from instances import services
 from instances.providers.gpu_profile import profile_of
 from instances.providers.simulated import SimulatedProvider
 from portal.models import IdlePolicy
-from tests.browser.conftest import ARTIFACTS
+from tests.browser.conftest import keep_screenshot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -49,7 +49,7 @@ def test_alice_sees_her_idle_host_and_keeps_it_running(page, sign_in, alice, idl
     warning = page.locator("#keep-running")
     expect(warning).to_contain_text("it will be stopped at")
     expect(page.locator("#gpu-chart")).to_have_attribute("data-ready", "true")
-    page.screenshot(path=str(ARTIFACTS / "idle-host-warned.png"), full_page=True)
+    keep_screenshot(page, "idle-host-warned")
     page.get_by_role("button", name="Keep running (2 h)").click()
     expect(page.locator("#keep-running")).to_contain_text("Kept running: no idle stop before")
     expect(page.locator(".timeline")).to_contain_text("Keep running")

@@ -8,7 +8,7 @@ from playwright.sync_api import expect
 
 from instances.models import Order
 from portal.services import approval_policy_set
-from tests.browser.conftest import ARTIFACTS, answer_confirmation
+from tests.browser.conftest import answer_confirmation, keep_screenshot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -39,8 +39,7 @@ def test_alice_cancels_her_held_order_from_my_hosts(
     held = page.locator(f'#held-orders tr[data-order="{order.pk}"]')
     expect(held).to_contain_text("3 GPUs is more than the 2 vision-lab allows without approval")
     expect(held).to_contain_text("ada")
-    ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / "my_hosts_with_a_held_order.png"), full_page=True)
+    keep_screenshot(page, "my_hosts_with_a_held_order")
     held.get_by_role("button", name="Cancel order").click()
     answer_confirmation(page, says="Cancel the order for 3× g5.xlarge?")
     expect(page.locator(".flash")).to_contain_text("Cancelled the order for 3× g5.xlarge")

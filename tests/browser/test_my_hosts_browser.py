@@ -14,7 +14,7 @@ from playwright.sync_api import expect
 from billing.metering import usage_meter
 from billing.rollups import rollups_refresh
 from instances.models import Instance
-from tests.browser.conftest import ARTIFACTS, answer_confirmation
+from tests.browser.conftest import answer_confirmation, keep_screenshot
 from tests.conftest import ED25519
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -71,8 +71,7 @@ def test_bulk_terminate_asks_once_naming_the_hosts(page, sign_in, hosts):
     terminate.click()
     dialog = page.locator("dialog.confirm-dialog[open]")
     expect(dialog.locator(".confirm-title")).to_have_text("Terminate 2 hosts?")
-    ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / "bulk_terminate_dialog.png"))
+    keep_screenshot(page, "bulk_terminate_dialog", full_page=False)
     for host in pair:
         expect(dialog.locator(".confirm-list")).to_contain_text(f"{host.name} · g5.xlarge")
     answer_confirmation(page, accept=False)

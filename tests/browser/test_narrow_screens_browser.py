@@ -9,7 +9,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.browser import test_every_page_browser as every_page
-from tests.browser.conftest import ARTIFACTS
+from tests.browser.conftest import keep_screenshot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -64,8 +64,6 @@ def test_every_page_fits_a_phone_and_a_desktop(username, role, new_context, brow
     page = new_context().new_page()
     page.set_default_timeout(20_000)
     every_page.sign_in_on(page, username)
-    shots = ARTIFACTS / "widths"
-    shots.mkdir(parents=True, exist_ok=True)
     problems = []
     for width in WIDTHS:
         page.set_viewport_size({"width": width, "height": 860})
@@ -75,7 +73,7 @@ def test_every_page_fits_a_phone_and_a_desktop(username, role, new_context, brow
             assert response is not None and response.status in (200, 403), f"{path}: {response}"
             every_page.settle(page, path)
             name = path.strip("/").replace("/", "_") or "root"
-            page.screenshot(path=str(shots / f"{width}-{role}-{name}.png"), full_page=True)
+            keep_screenshot(page, f"widths/{width}-{role}-{name}")
             measured = overflow(page)
             if measured["scroll"] > measured["inner"]:
                 problems.append(

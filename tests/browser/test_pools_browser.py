@@ -11,7 +11,7 @@ from playwright.sync_api import expect
 
 from instances import services
 from instances.models import Pool
-from tests.browser.conftest import ARTIFACTS, answer_confirmation
+from tests.browser.conftest import answer_confirmation, keep_screenshot
 from tests.conftest import ED25519
 from tests.instances.pool_helpers import provision_all
 
@@ -33,7 +33,7 @@ def test_a_pool_follows_its_schedule_on_its_page(page, sign_in, alice, catalog):
     page.fill("#id_spot_percent", "0")
     page.fill("#id_ssh_public_key", ED25519)
     expect(page.get_by_test_id("pool-approval")).to_contain_text("No approval needed")
-    page.screenshot(path=str(ARTIFACTS / "pool-new.png"), full_page=True)
+    keep_screenshot(page, "pool-new")
     page.get_by_role("button", name="Create pool").click()
     expect(page.locator(".flash")).to_contain_text("Pool nightly created")
     pool = Pool.objects.get(name="nightly")
@@ -77,7 +77,7 @@ def test_a_pool_follows_its_schedule_on_its_page(page, sign_in, alice, catalog):
     expect(page.locator('#pool-panel [data-kpi="running"]')).to_have_text("1", timeout=15_000)
     page.reload()
     expect(page.locator("#pool-chart")).to_have_attribute("data-ready", "true")
-    page.screenshot(path=str(ARTIFACTS / "pool-page.png"), full_page=True)
+    keep_screenshot(page, "pool-page")
 
     # Deleting asks first, naming the pool.
     page.get_by_role("button", name="Delete pool nightly").click()

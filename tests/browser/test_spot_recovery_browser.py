@@ -10,6 +10,7 @@ from django.core.management import call_command
 from playwright.sync_api import expect
 
 from instances.models import Instance
+from tests.browser.conftest import keep_screenshot
 from tests.conftest import ED25519
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -58,7 +59,7 @@ def test_the_host_page_shows_the_warning_the_replacement_and_the_link_without_a_
     links = panel.get_by_test_id("replacement-links")
     expect(links).to_contain_text("Replaced by", timeout=20_000)
     expect(links.locator(".status")).to_have_text("Running", timeout=30_000)
-    page.screenshot(path="test-artifacts/spot-recovery-warned.png", full_page=True)
+    keep_screenshot(page, "spot-recovery-warned")
     # Then the cloud takes the original; the replacement already runs.
     expect(panel.locator("h1 .status")).to_have_text("Terminated", timeout=LEAD * 1000 + 20_000)
     expect(panel.locator(".timeline")).to_contain_text("interruption warning")

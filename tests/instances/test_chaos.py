@@ -32,7 +32,7 @@ from instances.providers.base import (
 from instances.providers.faults import FAULT_DICE, Faults
 from instances.providers.simulated import SimulatedProvider
 from tests.instances.test_provider_contract import a_launch_request
-from tests.workers import Worker, purge_queues
+from tests.workers import Worker, purge_queues, trial_count
 
 S = Instance.Status
 UNKNOWN_ID = "i-0123456789abcdef0"
@@ -302,7 +302,7 @@ def test_throttled_provisioning_is_retried_and_launches_once(
 
 # --- 3. a real worker, killed at random points, with every fault on ----------------------------
 
-TRIALS = 24
+TRIALS = trial_count("CHAOS_TRIALS", 24)
 # Every cloud call takes 50 ms to arrive and its reply 400 ms after the cloud acted: a window
 # of 400 ms in each launch with the host made and not yet recorded.
 FAULTS = {

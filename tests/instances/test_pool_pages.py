@@ -303,7 +303,7 @@ def test_seed_demo_makes_the_vision_lab_pool_once(catalog, projects, alice):
 
 
 def test_seed_demo_command_twice_changes_nothing(db, settings):
-    call_command("seed_demo", stdout=_Sink())
+    call_command("seed_demo", "--no-history", stdout=_Sink())
     before = (Pool.objects.count(), sum(p.schedules.count() for p in Pool.objects.all()))
     call_command("seed_demo", "--no-catalog", stdout=_Sink())
     assert (Pool.objects.count(), sum(p.schedules.count() for p in Pool.objects.all())) == before

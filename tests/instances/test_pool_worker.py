@@ -15,7 +15,7 @@ from instances import services
 from instances.models import Image, Instance, Pool, PoolEvent, SimulatedHost
 from portal.services import quota_set
 from tests.conftest import ED25519
-from tests.workers import Worker, purge_queues, wait_for
+from tests.workers import Worker, purge_queues, trial_count, wait_for
 
 pytestmark = [
     pytest.mark.redis,
@@ -31,6 +31,7 @@ ENV = {
     "PORTAL_RECONCILE_SECONDS": "3",
     "PORTAL_SIMULATED_BOOT_SECONDS": "1",
 }
+SCALE_OUTS = trial_count("KILL_LOOP_TRIALS", 20)
 
 
 def _pool(catalog, alice, projects, **fields) -> Pool:
@@ -85,10 +86,10 @@ def test_a_quota_holds_the_pool_at_4_of_6_until_it_is_raised(
 def test_a_worker_killed_at_random_points_in_20_scale_outs_never_leaves_more_than_desired(
     catalog, alice, projects
 ):
-    pool = _pool(catalog, alice, projects, desired=0, max_size=20)
+    pool = _pool(catalog, alice, projects, desired=0, max_size=SCALE_OUTS)
     rng = random.Random(12)
     kills = []
-    for trial in range(20):
+    for trial in range(SCALE_OUTS):
         services.pool_set_desired(pool=pool, user=alice, desired=trial + 1)
         purge_queues() if trial == 0 else None
         worker = Worker(beat=True, **ENV).start()
@@ -127,7 +128,8 @@ def test_a_worker_killed_at_random_points_in_20_scale_outs_never_leaves_more_tha
     finally:
         settle.stop()
     print(
-        f"\n20 scale-outs, worker SIGKILLed after (desired, seconds, live rows): {kills}\n"
+        f"\n{SCALE_OUTS} scale-outs, worker SIGKILLed after (desired, seconds, live rows): "
+        f"{kills}\n"
         f"after one reconcile pass: {pool_hosts_alive} hosts alive in the cloud for desired "
         f"{pool.desired}, {len(orphans)} orphans; settled at {_running(pool)} running"
     )

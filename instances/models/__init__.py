@@ -10,7 +10,6 @@ from datetime import datetime, timedelta
 from django.db import models
 from django.utils import timezone
 
-from instances.fields import MONEY
 from instances.models.catalog import (  # noqa: F401 (the catalog is part of this module's API)
     SPOT_PRICE_FLOOR_SHARE,
     SPOT_PRICE_STALE_AFTER,
@@ -18,6 +17,15 @@ from instances.models.catalog import (  # noqa: F401 (the catalog is part of thi
     InstanceType,
     InstanceTypeQuerySet,
     validate_image_ids,
+)
+from instances.models.fields import MONEY
+from instances.models.leases import LeaseNotice  # noqa: F401
+from instances.models.pools import Pool, PoolEvent, PoolSample, PoolSchedule  # noqa: F401
+from instances.models.simulated import SimulatedHost  # noqa: F401
+from instances.models.telemetry import (  # noqa: F401
+    GpuHourlyReading,
+    GpuReading,
+    HostAgentCredential,
 )
 from instances.providers.base import host_name
 from portal import permissions
@@ -407,11 +415,3 @@ class InstanceEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.instance_id}: {self.old_status or '∅'} → {self.new_status} at {self.at}"
-
-
-# Lease warnings, the simulated cloud's state, GPU telemetry's and pools' tables live in their
-# own modules; importing them here registers them.
-from instances.gpu import GpuHourlyReading, GpuReading, HostAgentCredential  # noqa: E402, F401
-from instances.lease_notices import LeaseNotice  # noqa: E402, F401
-from instances.pools import Pool, PoolEvent, PoolSample, PoolSchedule  # noqa: E402, F401
-from instances.simulated_hosts import SimulatedHost  # noqa: E402, F401

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from instances.fields import MONEY
+from instances.models.fields import MONEY
 
 
 class SimulatedHost(models.Model):

@@ -9,7 +9,7 @@ from decimal import Decimal
 
 from django.db import transaction
 
-from instances.catalog import ListPrice, gpu_reference
+from instances.data import ListPrice, gpu_reference
 from instances.hooks import price_changed
 from instances.models import (
     Image,

@@ -16,12 +16,12 @@ PORTAL_PROVIDERS = {
 }
 PORTAL_REGION = env_str("PORTAL_REGION", "us-east-1")
 PORTAL_PRICE_FILE = Path(
-    env_str("PORTAL_PRICE_FILE", str(BASE_DIR / "instances" / "catalog" / "prices.json"))
+    env_str("PORTAL_PRICE_FILE", str(BASE_DIR / "instances" / "data" / "prices.json"))
 )
 # TensorFlow images and their ids per region (sync_catalog). The shipped file's ids are the
 # simulated cloud's; on EC2, point this at a file of your own AMIs or set them in the admin.
 PORTAL_IMAGE_FILE = Path(
-    env_str("PORTAL_IMAGE_FILE", str(BASE_DIR / "instances" / "catalog" / "images.json"))
+    env_str("PORTAL_IMAGE_FILE", str(BASE_DIR / "instances" / "data" / "images.json"))
 )
 PORTAL_SIMULATED_SEED = env_int("PORTAL_SIMULATED_SEED", 7)
 # Seconds a simulated host takes to boot (stopping and terminating take a fraction of it).

@@ -57,7 +57,7 @@ def test_a_type_created_in_the_admin_runs_the_hooks(catalog, heard):
 
 
 def test_a_sync_runs_the_hooks_for_new_types_and_new_prices_only(catalog, heard):
-    from instances.catalog import ListPrice
+    from instances.data import ListPrice
     from instances.providers import get_provider
 
     kind = catalog["g5.xlarge"]

@@ -1,4 +1,5 @@
-"""Catalog data files: GPU reference, the simulated cloud's offer, list prices, images.
+"""instances/data/: the catalog's data files (GPU reference, the simulated cloud's offer, list
+prices, images) and the functions that read them.
 
 Each file carries its source and date beside the data. Nothing here reads settings at import.
 """
@@ -11,7 +12,7 @@ from datetime import date
 from decimal import Decimal
 from pathlib import Path
 
-CATALOG_DIR = Path(__file__).resolve().parent
+DATA_DIR = Path(__file__).resolve().parent
 
 
 def _load(path: Path) -> dict:
@@ -29,7 +30,7 @@ class GpuReference:
 
 
 def gpu_references() -> list[GpuReference]:
-    data = _load(CATALOG_DIR / "gpus.json")
+    data = _load(DATA_DIR / "gpus.json")
     return [
         GpuReference(
             model=row["model"],
@@ -84,4 +85,4 @@ def image_rows(path: Path | None = None) -> list[dict]:
 
 
 def simulated_cloud_rows() -> list[dict]:
-    return _load(CATALOG_DIR / "simulated_cloud.json")["instance_types"]
+    return _load(DATA_DIR / "simulated_cloud.json")["instance_types"]

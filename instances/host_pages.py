@@ -19,7 +19,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from instances import services
-from instances.checkpoints import backup_dir
+from instances.lib.checkpoints import backup_dir
 from instances.models import ACTIONS, Instance, Order
 from instances.selectors import (
     gpu_first_reading_at,

@@ -11,6 +11,7 @@ from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers
 
 from instances import services
+from instances.lib.sshkeys import validate_public_key
 from instances.models import (
     ACTIONS,
     Image,
@@ -22,7 +23,6 @@ from instances.models import (
     Order,
 )
 from instances.selectors import latest_gpu_readings
-from instances.sshkeys import validate_public_key
 from instances.usage import costs_so_far, running_seconds
 from portal.models import Project
 from portal.rest import LookupField, StrictSerializer

@@ -8,7 +8,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from instances.checkpoints import host_environment
+from instances.lib.checkpoints import host_environment
 from instances.models import (
     Instance,
 )

@@ -8,7 +8,7 @@ import dataclasses
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
-from instances.checkpoints import checkpoint_uri_for
+from instances.lib.checkpoints import checkpoint_uri_for
 from instances.models import (
     Image,
     InstanceType,

@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from instances import cron
+from instances.lib import cron
 from instances.models import Pool, PoolEvent, PoolSchedule
 from instances.services.pool_checks import SIZE_FIELDS, refuse, refuse_unknown
 from instances.services.pools import lock_for_change, pool_event

@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.core.exceptions import ValidationError
 
-from instances import cron, services
+from instances import services
+from instances.lib import cron
 from instances.models import Instance, PoolEvent
 from tests.instances.pool_helpers import alive, provision_all, readings, settle_terminations
 

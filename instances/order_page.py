@@ -19,7 +19,7 @@ from django.urls import reverse
 from instances import services
 from instances.limits import Preview, order_preview
 from instances.models import Image, InstanceType, InterruptionPolicy, Market, Order
-from instances.quotas import holders_of, longest_lease, usage
+from instances.services.quotas import holders_of, longest_lease, usage
 from portal import permissions
 from portal.errors import PortalError
 from portal.models import Project

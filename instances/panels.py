@@ -14,8 +14,8 @@ from django.utils import timezone
 
 from instances.models import Instance, Order
 from instances.pool_reads import pools_overview
-from instances.quotas import holders_of, usage_of
 from instances.selectors import orders_to_decide
+from instances.services.quotas import holders_of, usage_of
 from portal import permissions
 from portal.models import Project, Quota, User
 from portal.panels import Panel

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db.models import Count, OuterRef, Subquery
 
 from instances.models import Instance, Market, Pool, PoolEvent, PoolSample
-from instances.services.pool_plan import PENDING
+from instances.services.pools.plan import PENDING
 
 CHART_HOURS = 24
 

@@ -1,8 +1,8 @@
 """Pages of pools: the list, the new pool form (with what will happen), a pool's page with
 its chart, schedule, events and hosts, and the forms that resize, schedule and delete it.
 
-Every change goes through the pool services (instances/services/pools.py, pool_schedules.py);
-a refusal lands beside the field it names, with a 400."""
+Every change goes through the pool services (instances/services/pools/: lifecycle.py,
+schedules.py); a refusal lands beside the field it names, with a 400."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from instances.pool_forms import (
     fallback_names,
 )
 from instances.pool_reads import chart_series, host_counts, pools_overview, with_last_event
-from instances.services.pool_checks import pool_problems
-from instances.services.pool_plan import mix
+from instances.services.pools.checks import pool_problems
+from instances.services.pools.plan import mix
 from portal import permissions
 from portal.models import Project
 from portal.pages import forbidden, form_errors, service_errors

@@ -121,6 +121,6 @@ def test_the_checks_see_what_they_should():
     """The graph resolves the shapes of import the code uses, and a cycle is found."""
     graph = _graph()
     assert "instances.services.queue" in graph["instances.services.orders"]  # from x.y import z
-    assert "portal.permissions" in graph["instances.services.actions"]  # from x import module
+    assert "portal.permissions" in graph["instances.services.hosts"]  # from x import module
     assert "instances.services" in graph["instances.tasks"]
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a -> b -> c -> a"]

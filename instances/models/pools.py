@@ -3,7 +3,7 @@ size, its scheduled actions, its scaling events and a sample per autoscaler pass
 
 A pool's hosts are ordinary Instance rows (``Instance.pool``) hanging on the pool's launch
 order, so billing, reconcile, spot recovery, leases and the idle stop all see them as hosts.
-Only the services in instances/services/pools.py and autoscaler.py write these rows.
+Only the services in instances/services/pools/ (lifecycle.py, autoscaler.py) write these rows.
 """
 
 from __future__ import annotations

@@ -83,20 +83,20 @@ except ValueError:
 PORTAL_ORDER_MAX_COUNT = env_int("PORTAL_ORDER_MAX_COUNT", 8)
 # Checks order_submit runs under the project lock, in order (quota, budget, ...); each is a
 # callable(order_request) that raises to refuse.
-ORDER_ADMISSION_CHECKS: list[str] = ["instances.quotas.quota_check"]
+ORDER_ADMISSION_CHECKS: list[str] = ["instances.services.quotas.quota_check"]
 # What an order page and the approval inbox show before an order is placed or approved: the
 # headroom of each limit, callable(order_request) -> list[instances.limits.Headroom].
-ORDER_LIMITS: list[str] = ["instances.quotas.quota_headroom"]
+ORDER_LIMITS: list[str] = ["instances.services.quotas.quota_headroom"]
 # Quotas are defined in portal and counted in instances: callable(keys) -> {key: Usage} for many
 # (project id, member id or None) keys at once; and callable(values) -> (values, problems)
 # checks of the names a quota's limits use, run before a quota is saved.
-PORTAL_QUOTA_USAGE = "instances.quotas.usage_of"
-PORTAL_QUOTA_VALIDATORS: list[str] = ["instances.quotas.quota_catalog_problems"]
+PORTAL_QUOTA_USAGE = "instances.services.quotas.usage_of"
+PORTAL_QUOTA_VALIDATORS: list[str] = ["instances.services.quotas.quota_catalog_problems"]
 # Run when a project's limits change (its quota set or removed, its budget set or removed), in
 # the changing transaction: callable(project=...). The pools held by a refusal retry at once.
 PORTAL_LIMITS_MOVED: list[str] = ["instances.services.pools_retry_now"]
 # The names the Quotas page offers in its rows: callable() -> portal.quota_rows.QuotaChoices.
-PORTAL_QUOTA_CHOICES = "instances.quotas.quota_choices"
+PORTAL_QUOTA_CHOICES = "instances.services.quotas.quota_choices"
 # The badge on the Approvals link: callable(user) -> how many held orders the user may decide.
 PORTAL_APPROVALS_WAITING = "instances.selectors.orders_to_decide_count"
 # The dashboard's panels, in order: callable(user, projects) -> portal.panels.Panel.
@@ -127,10 +127,10 @@ PORTAL_GHOST_GRACE_SECONDS = env_int("PORTAL_GHOST_GRACE_SECONDS", 180)
 # staging and production may share an account.
 PORTAL_DEPLOYMENT = env_str("PORTAL_DEPLOYMENT", "default")
 
-# Spot recovery (instances.services.recovery). The SQS queue an EventBridge rule feeds with EC2's
-# "Spot Instance Interruption Warning" and "Instance Rebalance Recommendation" events (empty: the
-# portal reads the simulated cloud's warnings directly, and reconcile catches interruptions), the
-# endpoint to reach it at (moto, LocalStack), and how often beat drains it.
+# Spot recovery (instances.services.spot_recovery). The SQS queue an EventBridge rule feeds with
+# EC2's "Spot Instance Interruption Warning" and "Instance Rebalance Recommendation" events (empty:
+# the portal reads the simulated cloud's warnings directly, and reconcile catches interruptions),
+# the endpoint to reach it at (moto, LocalStack), and how often beat drains it.
 PORTAL_SPOT_EVENTS_QUEUE_URL = env_str("PORTAL_SPOT_EVENTS_QUEUE_URL")
 PORTAL_SPOT_EVENTS_ENDPOINT_URL = env_str("PORTAL_SPOT_EVENTS_ENDPOINT_URL")
 PORTAL_SPOT_EVENTS_SECONDS = env_int("PORTAL_SPOT_EVENTS_SECONDS", 10)
@@ -138,11 +138,10 @@ PORTAL_SPOT_EVENTS_SECONDS = env_int("PORTAL_SPOT_EVENTS_SECONDS", 10)
 PORTAL_SPOT_WARNING_LEAD_SECONDS = env_int("PORTAL_SPOT_WARNING_LEAD_SECONDS", 120)
 # Most replacement hosts one order may launch (relaunch_spot, fallback_on_demand).
 PORTAL_SPOT_MAX_REPLACEMENTS = env_int("PORTAL_SPOT_MAX_REPLACEMENTS", 3)
-# Pools (instances/services/pools.py, autoscaler.py): the largest max_size, the autoscaler's
-# beat period, the backoff of a refused scale-out (doubling from the first figure up to the
-# second), how long a market and type without capacity is left alone, how long before its lease
-# ends a pool host's replacement launches, and how long the per-pass samples behind the pool
-# chart are kept.
+# Pools (instances/services/pools/): the largest max_size, the autoscaler's beat period, the
+# backoff of a refused scale-out (doubling from the first figure up to the second), how long a
+# market and type without capacity is left alone, how long before its lease ends a pool host's
+# replacement launches, and how long the per-pass samples behind the pool chart are kept.
 PORTAL_POOL_MAX_SIZE = env_int("PORTAL_POOL_MAX_SIZE", 64)
 PORTAL_AUTOSCALE_SECONDS = env_int("PORTAL_AUTOSCALE_SECONDS", 60)
 PORTAL_POOL_BACKOFF_SECONDS = env_int("PORTAL_POOL_BACKOFF_SECONDS", 60)

@@ -8,9 +8,9 @@ from decimal import Decimal
 
 import pytest
 
-from instances.hooks import price_changed
 from instances.models import InstanceType
 from instances.services import instance_type_save, instance_type_sync
+from instances.services.catalog import price_changed
 
 HEARD: list[tuple[str, Decimal]] = []
 

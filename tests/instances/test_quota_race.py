@@ -8,7 +8,7 @@ import pytest
 from django.db import close_old_connections, connection
 
 from instances.models import Image, Instance, Order
-from instances.quotas import QuotaExceeded, usage
+from instances.services.quotas import QuotaExceeded, usage
 from portal.services import quota_set
 from tests.conftest import ED25519
 

@@ -1,9 +1,11 @@
-"""Pools: create (through the project's approval policy, as an order of max hosts), resize,
-delete, schedules, and what deciding a pool's order or a budget stop does to it.
+"""instances/services/pools/lifecycle.py: a pool's life. Create (through the project's approval
+policy, as an order of max hosts), resize, delete, and what deciding a pool's order or a budget
+stop does to it.
 
-The autoscaler pass that launches and ends a pool's hosts is instances/services/autoscaler.py.
-A pool's hosts hang on its launch order (type, image, key, lease, checkpoint location), so
-every other loop (billing, reconcile, leases, recovery) treats them as hosts like any other.
+The autoscaler pass that launches and ends a pool's hosts is autoscaler.py beside this module
+(checks.py holds the sizes and the launch order, schedules.py the scheduled actions). A pool's
+hosts hang on its launch order (type, image, key, lease, checkpoint location), so every other
+loop (billing, reconcile, leases, spot recovery) treats them as hosts like any other.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from instances.models import (
     Pool,
     PoolEvent,
 )
-from instances.services.pool_checks import (
+from instances.services.pools.checks import (
     SIZE_FIELDS,
     TUNING,
     check_fallbacks,

@@ -17,7 +17,6 @@ from instances.models import (
     Order,
     Pool,
 )
-from instances.quotas import longest_lease
 from instances.services.orders import (
     OrderRequest,
     approval_needed,
@@ -25,6 +24,7 @@ from instances.services.orders import (
     order_record,
     order_validate,
 )
+from instances.services.quotas import longest_lease
 from portal.models import Project, User
 
 SIZE_FIELDS = ("min_size", "desired", "max_size")

@@ -34,7 +34,7 @@ from instances.services.orders import (
     order_estimate,
     order_request_of,
 )
-from instances.services.pools import pool_capacity_refused
+from instances.services.pools.lifecycle import pool_capacity_refused
 from instances.services.transitions import instance_note, instance_transition
 from portal.errors import PortalError
 from portal.models import Notice

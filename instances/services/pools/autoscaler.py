@@ -49,8 +49,9 @@ from instances.services.orders import (
     order_estimate,
     order_request_of,
 )
-from instances.services.pool_checks import pool_launch_refusal
-from instances.services.pool_plan import (
+from instances.services.pools.checks import pool_launch_refusal
+from instances.services.pools.lifecycle import hosts_end, pool_event
+from instances.services.pools.plan import (
     SERVING,
     Host,
     fallback_types,
@@ -59,8 +60,7 @@ from instances.services.pool_plan import (
     pool_utilisation,
     quota_hosts,
 )
-from instances.services.pool_schedules import schedules_fire
-from instances.services.pools import hosts_end, pool_event
+from instances.services.pools.schedules import schedules_fire
 from instances.services.queue import enqueue
 from portal.errors import Conflict
 from portal.services import notice_send, notices_close

@@ -12,8 +12,8 @@ from django.utils import timezone
 
 from instances.lib import cron
 from instances.models import Pool, PoolEvent, PoolSchedule
-from instances.services.pool_checks import SIZE_FIELDS, refuse, refuse_unknown
-from instances.services.pools import lock_for_change, pool_event
+from instances.services.pools.checks import SIZE_FIELDS, refuse, refuse_unknown
+from instances.services.pools.lifecycle import lock_for_change, pool_event
 from instances.services.transitions import actor_of
 from portal.errors import Conflict
 from portal.models import User

@@ -21,15 +21,12 @@ from django.views.decorators.http import require_POST
 from instances import services
 from instances.lib.checkpoints import backup_dir
 from instances.models import ACTIONS, Instance, Order
-from instances.selectors import (
-    gpu_first_reading_at,
-    held_orders,
-    hosts_named,
-    latest_gpu_readings,
-)
+from instances.selectors.costs import cost_notes, costs_so_far, rate_now, running_seconds
+from instances.selectors.hosts import hosts_named
+from instances.selectors.orders import held_orders
+from instances.selectors.telemetry import gpu_first_reading_at, latest_gpu_readings
 from instances.services.idle import idle_since
 from instances.services.leases import in_words
-from instances.usage import cost_notes, costs_so_far, rate_now, running_seconds
 from portal import permissions
 from portal.models import IdlePolicy
 from portal.pages import forbidden, service_errors

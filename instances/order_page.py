@@ -1,7 +1,7 @@
 """The order page: its form, the estimate beside it with the limits the order runs into, and
 the submit. The rules are order_submit's (``order_validate``, the admission checks, the approval
-policy, through ``instances.limits.order_preview``); this module only says them in the page's
-words, beside the field they are about."""
+policy, through ``instances.selectors.headroom.order_preview``); this module only says them in
+the page's words, beside the field they are about."""
 
 from __future__ import annotations
 
@@ -17,9 +17,10 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 
 from instances import services
-from instances.limits import Preview, order_preview
 from instances.models import Image, InstanceType, InterruptionPolicy, Market, Order
-from instances.services.quotas import holders_of, longest_lease, usage
+from instances.selectors.headroom import Preview, order_preview
+from instances.selectors.quotas import holders_of, usage
+from instances.services.quotas import longest_lease
 from portal import permissions
 from portal.errors import PortalError
 from portal.models import Project

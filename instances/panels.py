@@ -13,9 +13,9 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from instances.models import Instance, Order
-from instances.pool_reads import pools_overview
-from instances.selectors import orders_to_decide
-from instances.services.quotas import holders_of, usage_of
+from instances.selectors.orders import orders_to_decide
+from instances.selectors.pools import pools_overview
+from instances.selectors.quotas import holders_of, usage_of
 from portal import permissions
 from portal.models import Project, Quota, User
 from portal.panels import Panel

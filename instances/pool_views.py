@@ -23,7 +23,7 @@ from instances.pool_forms import (
     ScheduleForm,
     fallback_names,
 )
-from instances.pool_reads import chart_series, host_counts, pools_overview, with_last_event
+from instances.selectors.pools import chart_series, host_counts, pools_overview, with_last_event
 from instances.services.pools.checks import pool_problems
 from instances.services.pools.plan import mix
 from portal import permissions

@@ -11,13 +11,13 @@ from django.views.decorators.http import require_POST
 
 from instances import services
 from instances.api.filters import CatalogFilter
-from instances.limits import order_preview
 from instances.models import (
     Image,
     InstanceType,
     Order,
 )
-from instances.selectors import orders_to_decide
+from instances.selectors.headroom import order_preview
+from instances.selectors.orders import orders_to_decide
 from portal import permissions
 from portal.pages import forbidden, note_refusal, refusal_code, service_errors
 

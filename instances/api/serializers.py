@@ -22,8 +22,8 @@ from instances.models import (
     Market,
     Order,
 )
-from instances.selectors import latest_gpu_readings
-from instances.usage import costs_so_far, running_seconds
+from instances.selectors.costs import costs_so_far, running_seconds
+from instances.selectors.telemetry import latest_gpu_readings
 from portal.models import Project
 from portal.rest import LookupField, StrictSerializer
 

@@ -35,7 +35,7 @@ from instances.models import (
     InstanceType,
     Order,
 )
-from instances.selectors import hosts_named
+from instances.selectors.hosts import hosts_named
 from portal import permissions
 from portal.errors import Forbidden
 from portal.rest import NUL_MESSAGE, has_nul, refuse_body

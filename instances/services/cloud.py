@@ -23,7 +23,7 @@ from instances.providers.base import (
     LaunchRequest,
     Provider,
 )
-from instances.selectors import instance_load
+from instances.selectors.hosts import instance_load
 from instances.services.spot_recovery import host_interrupted
 from instances.services.telemetry import agent_credential_issue, agent_secret
 from instances.services.transitions import instance_note, instance_transition, instance_walk

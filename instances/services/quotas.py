@@ -1,108 +1,21 @@
-"""Quotas are defined in portal and enforced here, where the hosts are counted.
+"""instances/services/quotas.py: quotas are defined in portal and enforced here. The admission
+check an order passes under the project's row lock (order_submit holds it), the headroom it
+shows before, the longest lease a quota allows, and the check of the names a quota's limits use.
 
-Usage is counted from live instance rows under the project's row lock (order_submit holds it),
-never kept as a running total: a host that ends, however it ends, leaves the live set exactly
-once, so there is nothing to release and nothing to drift.
+What each project holds is counted in instances/selectors/quotas.py, from live instance rows.
 """
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterable
-from dataclasses import dataclass
-
 from django.conf import settings
-from django.db.models import Count, F, Q, Sum
+from django.db.models import Q
 from django.utils.text import capfirst
 
-from instances.limits import Headroom
-from instances.models import Instance, InstanceType
+from instances.models import InstanceType
+from instances.selectors.headroom import Headroom
+from instances.selectors.quotas import usage
 from portal.errors import Conflict
 from portal.models import Project, Quota, User
-from portal.quota_rows import QuotaChoices
-from portal.quotas import Key, Usage
-
-
-def usage_of(keys: Iterable[Key]) -> dict[Key, Usage]:
-    """The PORTAL_QUOTA_USAGE hook: GPUs and hosts held now for each ``(project id, member id or
-    None)``, in one query however many keys. Every live host counts, stopped ones too, since
-    they may start again without asking."""
-    keys = list(keys)
-    found = {key: Usage() for key in keys}
-    members = {key[1] for key in keys}
-    rows = Instance.objects.filter(
-        project_id__in={project_id for project_id, _ in keys}, status__in=Instance.LIVE
-    )
-    if None not in members:
-        rows = rows.filter(owner_id__in=members)
-    grouped = rows.values("project_id", "owner_id", model=F("instance_type__gpu_model")).annotate(
-        hosts=Count("id"), gpus=Sum("instance_type__gpu_count")
-    )
-    for row in grouped.order_by():
-        for key in ((row["project_id"], None), (row["project_id"], row["owner_id"])):
-            used = found.get(key)
-            if used is not None:
-                used.instances += row["hosts"]
-                used.gpus += row["gpus"]
-                used.gpus_by_model[row["model"]] += row["gpus"]
-    return found
-
-
-def usage(*, project: Project, user: User | None = None) -> Usage:
-    """What one project (or one member in it) holds now."""
-    key = (project.pk, user.pk if user is not None else None)
-    return usage_of([key])[key]
-
-
-@dataclass(frozen=True)
-class Holder:
-    """Live hosts of one order (and pool, when a pool launched them) that count against a
-    project's quota: who holds them, how many, and the GPUs they hold."""
-
-    username: str
-    order_id: uuid.UUID
-    pool_id: uuid.UUID | None
-    pool_name: str
-    instance_type: str
-    gpu_model: str
-    hosts: int
-    gpus: int
-
-
-def holders_of(project_ids: Iterable[int]) -> dict[int, list[Holder]]:
-    """Who holds each project's quota now, by user, pool and order, most GPUs first: the same
-    live hosts usage_of counts, in one query however many projects."""
-    found: dict[int, list[Holder]] = {pk: [] for pk in project_ids}
-    rows = (
-        Instance.objects.filter(project_id__in=list(found), status__in=Instance.LIVE)
-        .values(
-            "project_id",
-            "order_id",
-            "pool_id",
-            username=F("owner__username"),
-            pool_name=F("pool__name"),
-            type_name=F("instance_type__name"),
-            model=F("instance_type__gpu_model"),
-        )
-        .annotate(hosts=Count("id"), gpus=Sum("instance_type__gpu_count"))
-        .order_by()
-    )
-    for row in rows:
-        found[row["project_id"]].append(
-            Holder(
-                username=row["username"],
-                order_id=row["order_id"],
-                pool_id=row["pool_id"],
-                pool_name=row["pool_name"] or "",
-                instance_type=row["type_name"],
-                gpu_model=row["model"],
-                hosts=row["hosts"],
-                gpus=row["gpus"] or 0,
-            )
-        )
-    for holders in found.values():
-        holders.sort(key=lambda h: (-h.gpus, -h.hosts, h.username, str(h.order_id)))
-    return found
 
 
 class QuotaExceeded(Conflict):
@@ -247,13 +160,3 @@ def quota_catalog_problems(values: dict) -> tuple[dict, dict[str, str]]:
         if unknown:
             problems[field_name] = f"{', '.join(unknown)} is not an instance type in the catalog."
     return values, problems
-
-
-def quota_choices() -> QuotaChoices:
-    """The PORTAL_QUOTA_CHOICES hook: the GPU models and instance types the catalog offers,
-    the names quota_catalog_problems accepts."""
-    offered = InstanceType.objects.offered()
-    return QuotaChoices(
-        gpu_models=sorted(set(offered.values_list("gpu_model", flat=True))),
-        instance_types=sorted(offered.values_list("name", flat=True)),
-    )

@@ -24,7 +24,7 @@ from instances.providers.base import (
     Provider,
     ProviderTransientError,
 )
-from instances.selectors import instance_load
+from instances.selectors.hosts import instance_load
 from instances.services.cloud import (
     instance_apply_cloud,
     instance_fail,

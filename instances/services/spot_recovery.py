@@ -27,7 +27,7 @@ from django.utils import timezone
 from instances.models import Instance, InterruptionPolicy, Market
 from instances.providers import get_provider, spot_events
 from instances.providers.base import Provider, SpotWarning
-from instances.selectors import instance_load
+from instances.selectors.hosts import instance_load
 from instances.services.orders import (
     instance_create,
     order_admit,

@@ -18,7 +18,7 @@ from instances.models import (
     Order,
     OrderEvent,
 )
-from instances.selectors import instance_load
+from instances.selectors.hosts import instance_load
 from portal.errors import Conflict
 from portal.models import User
 from portal.services import notices_close

@@ -1,5 +1,6 @@
-"""Pages of pools: the list, the new pool form (with what will happen), a pool's page with
-its chart, schedule, events and hosts, and the forms that resize, schedule and delete it.
+"""instances/views/pools.py: pages of pools. The list, the new pool form (with what will
+happen), a pool's page with its chart, schedule, events and hosts, and the forms
+(instances/forms.py) that resize, schedule and delete it.
 
 Every change goes through the pool services (instances/services/pools/: lifecycle.py,
 schedules.py); a refusal lands beside the field it names, with a 400."""
@@ -15,14 +16,14 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from instances import services
-from instances.models import Image, Instance, InstanceType, InterruptionPolicy, Market, Pool
-from instances.pool_forms import (
+from instances.forms import (
     DesiredForm,
     PoolForm,
     PoolSizesForm,
     ScheduleForm,
     fallback_names,
 )
+from instances.models import Image, Instance, InstanceType, InterruptionPolicy, Market, Pool
 from instances.selectors.pools import chart_series, host_counts, pools_overview, with_last_event
 from instances.services.pools.checks import pool_problems
 from instances.services.pools.plan import mix

@@ -1,5 +1,6 @@
-"""Pages of hosts: My hosts (grouped by order, with a running total and bulk actions), a
-host's page, and the actions asked from them (stop, start, terminate, extend, keep running)."""
+"""instances/views/hosts.py: pages of hosts. My hosts (grouped by order, with a running total
+and bulk actions), a host's page, and the actions asked from them (stop, start, terminate,
+extend, keep running)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import uuid
 from datetime import timedelta
 from decimal import Decimal
 
-from django import forms
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.db.models import Q
@@ -19,6 +19,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from instances import services
+from instances.forms import ExtendForm
 from instances.lib.checkpoints import backup_dir
 from instances.models import ACTIONS, Instance, Order
 from instances.selectors.costs import cost_notes, costs_so_far, rate_now, running_seconds
@@ -244,10 +245,6 @@ def host_action(request: HttpRequest, pk, verb: str) -> HttpResponse:
     if not target:
         messages.success(request, f"{verb.capitalize()} requested for {instance.instance_type}.")
     return redirect(_host_back(request, pk=pk))
-
-
-class ExtendForm(forms.Form):
-    hours = forms.IntegerField(min_value=1)
 
 
 @require_POST

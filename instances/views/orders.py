@@ -1,109 +1,44 @@
-"""The order page: its form, the estimate beside it with the limits the order runs into, and
-the submit. The rules are order_submit's (``order_validate``, the admission checks, the approval
-policy, through ``instances.selectors.headroom.order_preview``); this module only says them in
-the page's words, beside the field they are about."""
+"""instances/views/orders.py: the order page and the approval inbox.
+
+The order page: its form (instances/forms.py), the estimate beside it with the limits the order
+runs into, and the submit. The rules are order_submit's (``order_validate``, the admission
+checks, the approval policy, through ``instances.selectors.headroom.order_preview``); this
+module only says them in the page's words, beside the field they are about. The approval inbox
+of managers and admins shows the held orders they may decide, with the headroom each would
+leave, and takes their decision.
+"""
 
 from __future__ import annotations
 
-import uuid
 from decimal import Decimal, InvalidOperation
 
-from django import forms
 from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.views.decorators.http import require_POST
 
 from instances import services
+from instances.forms import OrderForm
 from instances.models import Image, InstanceType, InterruptionPolicy, Market, Order
 from instances.selectors.headroom import Preview, order_preview
+from instances.selectors.orders import orders_to_decide
 from instances.selectors.quotas import holders_of, usage
 from instances.services.quotas import longest_lease
 from portal import permissions
 from portal.errors import PortalError
 from portal.models import Project
-from portal.pages import forbidden, form_errors, mark_invalid, service_errors
+from portal.pages import (
+    forbidden,
+    form_errors,
+    mark_invalid,
+    note_refusal,
+    refusal_code,
+    service_errors,
+)
 from portal.templatetags.portal_tags import RATE, usd
-
-
-class OrderForm(forms.Form):
-    """The order page's form. It checks only that each value is readable; the service checks
-    the rest, and ``order_words`` says its refusals beside the fields."""
-
-    project = forms.ChoiceField(
-        error_messages={
-            "required": "Choose a project.",
-            "invalid_choice": "Choose one of your projects.",
-        }
-    )
-    image = forms.ChoiceField(
-        error_messages={
-            "required": "Choose an image.",
-            "invalid_choice": "Choose one of the images listed.",
-        }
-    )
-    market = forms.ChoiceField(
-        choices=Market.choices,
-        widget=forms.RadioSelect,
-        error_messages={
-            "required": "Choose on-demand or spot.",
-            "invalid_choice": "Choose on-demand or spot.",
-        },
-    )
-    count = forms.IntegerField(
-        initial=1,
-        error_messages={
-            "required": "Say how many hosts, e.g. 1.",
-            "invalid": "Give the number of hosts as a whole number, e.g. 2.",
-        },
-    )
-    lease_hours = forms.IntegerField(
-        error_messages={
-            "required": "Say how many hours the lease lasts, e.g. 24.",
-            "invalid": "Give the lease in whole hours, e.g. 24.",
-        }
-    )
-    ssh_public_key = forms.CharField(
-        widget=forms.Textarea(attrs={"rows": 3}),
-        error_messages={"required": "Paste your SSH public key (the contents of the .pub file)."},
-    )
-    max_spot_price = forms.DecimalField(
-        required=False,
-        max_digits=14,
-        decimal_places=6,
-        error_messages={
-            "invalid": "Give a price in dollars per hour, e.g. 0.50, or leave it empty.",
-            "max_digits": "Give a price in dollars per hour, e.g. 0.50, or leave it empty.",
-            "max_decimal_places": "Give the price with at most six decimals.",
-            "max_whole_digits": "Give a price in dollars per hour, e.g. 0.50.",
-        },
-    )
-    interruption_policy = forms.ChoiceField(
-        choices=InterruptionPolicy.choices,
-        required=False,
-        initial=InterruptionPolicy.NOTIFY,
-        error_messages={"invalid_choice": "Choose what happens if the cloud takes it back."},
-    )
-    # One key per rendered form: a double click or a resubmitted page places one order.
-    submission = forms.UUIDField(widget=forms.HiddenInput, initial=uuid.uuid4)
-
-    def __init__(self, *args, user, instance_type: InstanceType, **kwargs):
-        super().__init__(*args, **kwargs)
-        projects = permissions.orderable_projects(user)
-        self.fields["project"].choices = [(p.slug, f"{p.name} ({p.slug})") for p in projects]
-        self.fields["image"].choices = [
-            (
-                image.name,
-                f"TensorFlow {image.tensorflow_version} · CUDA {image.cuda_version} · "
-                f"cuDNN {image.cudnn_version} · Python {image.python_version}",
-            )
-            for image in instance_type.compatible_images()
-        ]
-        if not instance_type.spot_offered:
-            self.fields["market"].choices = [(Market.ON_DEMAND, Market.ON_DEMAND.label)]
-
 
 # Refusals of the admission checks by code, and the field each is about.
 REFUSAL_FIELDS = {
@@ -351,3 +286,77 @@ def order_estimate_partial(request: HttpRequest, name: str) -> HttpResponse:
     return render(
         request, "instances/_estimate.html", order_context(request, instance_type, request.GET)
     )
+
+
+# --- approvals -----------------------------------------------------------------------------------
+
+
+def _approvals_page(
+    request: HttpRequest, *, errors: dict | None = None, typed: dict | None = None, status=200
+) -> HttpResponse:
+    pending = (
+        orders_to_decide(request.user)
+        .select_related("requester", "project", "instance_type", "image")
+        .order_by("created_at")
+    )
+    decided = (
+        Order.objects.filter(decided_by__isnull=False)
+        .filter(project__in=permissions.visible_projects(request.user))
+        .select_related("requester", "project", "instance_type", "decided_by")
+        .order_by("-decided_at")[:10]
+    )
+    errors, typed = errors or {}, typed or {}
+    rows = [
+        {
+            "o": order,
+            # What approving would leave and whether it would fail now: the admission checks
+            # order_approve runs, on the same request.
+            "preview": order_preview(services.order_request_of(order)),
+            "error": errors.get(order.pk, ""),
+            "typed": typed.get(order.pk, ""),
+        }
+        for order in pending
+    ]
+    context = {"pending": rows, "decided": decided}
+    return render(request, "instances/approvals.html", context, status=status)
+
+
+def approvals(request: HttpRequest) -> HttpResponse:
+    """The approval inbox of managers and admins, with the headroom each order would leave."""
+    if not permissions.is_approver(request.user):
+        return forbidden(request, "Only admins and project managers approve orders.")
+    return _approvals_page(request)
+
+
+@require_POST
+@service_errors(back="approvals")
+def approval_decide(request: HttpRequest, pk, decision: str) -> HttpResponse:
+    order = get_object_or_404(Order.objects.for_user(request.user).distinct(), pk=pk)
+    reason = request.POST.get("reason", "")
+    if decision == "approve":
+        services.order_approve(order=order, user=request.user, reason=reason)
+        messages.success(
+            request,
+            f"Approved {order.count}× {order.instance_type.name} for "
+            f"{order.requester.username}; provisioning has started.",
+        )
+    elif decision == "reject":
+        try:
+            services.order_reject(order=order, user=request.user, reason=reason)
+        except ValidationError as error:
+            if "reason" not in getattr(error, "error_dict", {}):
+                raise
+            # Said at the reason's field, on the inbox itself (nothing was decided); a refusal
+            # for the audit row like any other.
+            note_refusal(refusal_code(error))
+            return _approvals_page(
+                request,
+                errors={order.pk: " ".join(error.message_dict["reason"])},
+                typed={order.pk: reason},
+                status=400,
+            )
+        messages.success(request, f"Rejected the order of {order.requester.username}.")
+    else:
+        # Through service_errors like any refusal: the message, and a denied audit row.
+        raise ValidationError("Approve or reject.", code="unknown_decision")
+    return redirect("approvals")

@@ -1,12 +1,16 @@
-"""The pool pages' forms. They only parse what was typed: the services (pool_create,
-pool_update, schedule_create, ...) validate for real and name the field at fault."""
+"""instances/forms.py: the pages' forms: the order form, a lease extension, and the pool
+forms (a new pool, its sizes, its desired count, a schedule). They only parse what was typed:
+the services (order_submit, instance_extend_lease, pool_create, pool_update, schedule_create,
+...) validate for real and name the field at fault."""
 
 from __future__ import annotations
+
+import uuid
 
 from django import forms
 from django.conf import settings
 
-from instances.models import InstanceType, InterruptionPolicy
+from instances.models import InstanceType, InterruptionPolicy, Market
 from portal import permissions
 
 
@@ -105,3 +109,86 @@ class ScheduleForm(forms.Form):
     min_size = forms.IntegerField(min_value=0, required=False)
     max_size = forms.IntegerField(min_value=0, required=False)
     desired = forms.IntegerField(min_value=0, required=False)
+
+
+class OrderForm(forms.Form):
+    """The order page's form. It checks only that each value is readable; the service checks
+    the rest, and ``order_words`` says its refusals beside the fields."""
+
+    project = forms.ChoiceField(
+        error_messages={
+            "required": "Choose a project.",
+            "invalid_choice": "Choose one of your projects.",
+        }
+    )
+    image = forms.ChoiceField(
+        error_messages={
+            "required": "Choose an image.",
+            "invalid_choice": "Choose one of the images listed.",
+        }
+    )
+    market = forms.ChoiceField(
+        choices=Market.choices,
+        widget=forms.RadioSelect,
+        error_messages={
+            "required": "Choose on-demand or spot.",
+            "invalid_choice": "Choose on-demand or spot.",
+        },
+    )
+    count = forms.IntegerField(
+        initial=1,
+        error_messages={
+            "required": "Say how many hosts, e.g. 1.",
+            "invalid": "Give the number of hosts as a whole number, e.g. 2.",
+        },
+    )
+    lease_hours = forms.IntegerField(
+        error_messages={
+            "required": "Say how many hours the lease lasts, e.g. 24.",
+            "invalid": "Give the lease in whole hours, e.g. 24.",
+        }
+    )
+    ssh_public_key = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}),
+        error_messages={"required": "Paste your SSH public key (the contents of the .pub file)."},
+    )
+    max_spot_price = forms.DecimalField(
+        required=False,
+        max_digits=14,
+        decimal_places=6,
+        error_messages={
+            "invalid": "Give a price in dollars per hour, e.g. 0.50, or leave it empty.",
+            "max_digits": "Give a price in dollars per hour, e.g. 0.50, or leave it empty.",
+            "max_decimal_places": "Give the price with at most six decimals.",
+            "max_whole_digits": "Give a price in dollars per hour, e.g. 0.50.",
+        },
+    )
+    interruption_policy = forms.ChoiceField(
+        choices=InterruptionPolicy.choices,
+        required=False,
+        initial=InterruptionPolicy.NOTIFY,
+        error_messages={"invalid_choice": "Choose what happens if the cloud takes it back."},
+    )
+    # One key per rendered form: a double click or a resubmitted page places one order.
+    submission = forms.UUIDField(widget=forms.HiddenInput, initial=uuid.uuid4)
+
+    def __init__(self, *args, user, instance_type: InstanceType, **kwargs):
+        super().__init__(*args, **kwargs)
+        projects = permissions.orderable_projects(user)
+        self.fields["project"].choices = [(p.slug, f"{p.name} ({p.slug})") for p in projects]
+        self.fields["image"].choices = [
+            (
+                image.name,
+                f"TensorFlow {image.tensorflow_version} · CUDA {image.cuda_version} · "
+                f"cuDNN {image.cudnn_version} · Python {image.python_version}",
+            )
+            for image in instance_type.compatible_images()
+        ]
+        if not instance_type.spot_offered:
+            self.fields["market"].choices = [(Market.ON_DEMAND, Market.ON_DEMAND.label)]
+
+
+class ExtendForm(forms.Form):
+    """A lease extension from a host's page: whole hours (the service checks the limits)."""
+
+    hours = forms.IntegerField(min_value=1)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from instances.api.filters import CatalogFilter
+from instances.api.catalog import CatalogFilter
 from instances.models import (
     Image,
     InstanceType,

@@ -1,4 +1,6 @@
-"""Filters of the catalog, images and hosts (the catalog page uses the same CatalogFilter)."""
+"""instances/api/catalog.py: the catalog in the API. /api/v1/instance-types/ (filterable by GPU
+model, memory, count, price and spot) and /api/v1/images/; the catalog page filters with the
+same CatalogFilter."""
 
 from __future__ import annotations
 
@@ -7,14 +9,84 @@ from decimal import Decimal
 import django_filters
 from django import forms
 from django.db.models import DecimalField, ExpressionWrapper, F
+from rest_framework import serializers, viewsets
 
+from instances.api.fields import READ_ONLY_MONEY
 from instances.models import (
     Image,
-    Instance,
     InstanceType,
-    Market,
 )
-from portal.rest import YesNoFilter
+
+
+class ImageSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Image
+        fields = [
+            "name",
+            "tensorflow_version",
+            "cuda_version",
+            "cudnn_version",
+            "nccl_version",
+            "python_version",
+            "min_driver_version",
+            "gpu_architectures",
+            "provider_image_ids",
+        ]
+
+
+class InstanceTypeSerializer(serializers.ModelSerializer):
+    on_demand_price_per_hour = serializers.DecimalField(**READ_ONLY_MONEY)
+    price_per_gpu_hour = serializers.DecimalField(**READ_ONLY_MONEY)
+    spot_price_per_hour = serializers.DecimalField(**READ_ONLY_MONEY, allow_null=True)
+    spot_price_per_gpu_hour = serializers.DecimalField(**READ_ONLY_MONEY, allow_null=True)
+    network_gbps = serializers.DecimalField(max_digits=8, decimal_places=1, read_only=True)
+    total_gpu_memory_gib = serializers.IntegerField(read_only=True)
+    compatible_images = serializers.SerializerMethodField()
+    spot_price_doubt = serializers.CharField(
+        read_only=True,
+        help_text="Why the spot price cannot be taken as true (under 1 % of on-demand, or not "
+        "refreshed for a week); empty when it can",
+    )
+
+    class Meta:
+        model = InstanceType
+        fields = [
+            "name",
+            "provider",
+            "gpu_model",
+            "gpu_count",
+            "gpu_memory_gib",
+            "total_gpu_memory_gib",
+            "gpu_architecture",
+            "gpu_architecture_name",
+            "mig_profiles",
+            "vcpus",
+            "memory_gib",
+            "local_nvme_gb",
+            "network_gbps",
+            "network_burst",
+            "efa",
+            "regions",
+            "on_demand_price_per_hour",
+            "price_per_gpu_hour",
+            "spot_offered",
+            "spot_price_per_hour",
+            "spot_price_per_gpu_hour",
+            "spot_price_at",
+            "spot_price_doubt",
+            "price_source",
+            "price_as_of",
+            "compatible_images",
+        ]
+
+    def get_compatible_images(self, obj: InstanceType) -> list[str]:
+        # The image table is small: load it once per response, not once per row (setdefault
+        # would build its default, a query, on every call).
+        images = self.context.get("_images")
+        if images is None:
+            images = self.context["_images"] = list(Image.objects.filter(is_active=True))
+        return [image.name for image in obj.compatible_images(images)]
+
 
 BOOLEAN_CHOICES = [("true", "yes"), ("false", "no"), ("1", "yes"), ("0", "no")]
 
@@ -165,17 +237,25 @@ class ImageFilter(django_filters.FilterSet):
         return queryset.filter(pk__in=compatible)
 
 
-class InstanceFilter(django_filters.FilterSet):
-    status = django_filters.MultipleChoiceFilter(choices=Instance.Status.choices)
-    project = django_filters.CharFilter(field_name="project__slug")
-    instance_type = django_filters.CharFilter(field_name="instance_type__name")
-    market = django_filters.ChoiceFilter(choices=Market.choices)
-    mine = YesNoFilter(method="filter_mine", help_text="true: only my hosts")
-    pool = django_filters.UUIDFilter(field_name="pool_id", help_text="only this pool's hosts")
+class InstanceTypeViewSet(viewsets.ReadOnlyModelViewSet):
+    """The GPU host catalog, filterable by GPU model, memory, count, price and spot."""
 
-    class Meta:
-        model = Instance
-        fields: list[str] = []
+    serializer_class = InstanceTypeSerializer
+    filterset_class = CatalogFilter
+    lookup_field = "name"
+    lookup_value_regex = r"[^/]+"
 
-    def filter_mine(self, queryset, name: str, value: str):
-        return queryset.filter(owner=self.request.user) if value in ("true", "1") else queryset
+    def get_queryset(self):
+        return InstanceType.objects.offered()
+
+
+class ImageViewSet(viewsets.ReadOnlyModelViewSet):
+    """TensorFlow images; ``?instance_type=`` lists the ones that run on that type's GPU."""
+
+    serializer_class = ImageSerializer
+    filterset_class = ImageFilter
+    lookup_field = "name"
+    lookup_value_regex = r"[^/]+"
+
+    def get_queryset(self):
+        return Image.objects.filter(is_active=True)

@@ -1,53 +1,21 @@
-"""The GPU telemetry agent a real host runs: cloud-init installs it with the host's own
-credential (instances/services/telemetry.py agent_secret) and a systemd timer runs it every
-minute. It reads nvidia-smi, keeps the readings in a spool until the portal accepts them, and
-drops (with a line in the journal) only what the portal refused as malformed: nothing is lost
-without a word on either side.
+"""instances/lib/agent.py: the cloud-config that installs the GPU telemetry agent on a real
+host. The agent is a program of its own, instances/agent/portal_agent.py, read from the package
+here and written to the host with the host's own credential (instances/services/telemetry.py
+agent_secret); a systemd timer runs it every minute. It reads nvidia-smi, keeps the readings in
+a spool until the portal accepts them, and drops (with a line in the journal) only what the
+portal refused as malformed: nothing is lost without a word on either side.
 """
 
 from __future__ import annotations
 
 import json
+from importlib.resources import files
 
-AGENT_SCRIPT = r"""#!/usr/bin/env python3
-# GPU Portal telemetry agent: one reading a minute, posted with this host's credential.
-import datetime, json, os, subprocess, sys, urllib.error, urllib.request
 
-SPOOL = "/var/lib/portal-agent/spool.jsonl"
-url = os.environ["PORTAL_AGENT_URL"].rstrip("/")
-host = os.environ["PORTAL_INSTANCE_ID"]
-token = os.environ["PORTAL_AGENT_TOKEN"]
-out = subprocess.run(
-    ["nvidia-smi", "--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits"],
-    capture_output=True, text=True, check=True,
-).stdout
-gpus = [[int(v) for v in line.split(",")] for line in out.strip().splitlines()]
-reading = {
-    "at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-    "utilization": round(sum(g[0] for g in gpus) / len(gpus)),
-    "memory_used_mib": sum(g[1] for g in gpus),
-}
-os.makedirs(os.path.dirname(SPOOL), exist_ok=True)
-with open(SPOOL, "a") as spool:
-    spool.write(json.dumps(reading) + "\n")
-with open(SPOOL) as spool:
-    readings = [json.loads(line) for line in spool if line.strip()][-1440:]
-request = urllib.request.Request(
-    f"{url}/api/v1/instances/{host}/metrics/",
-    data=json.dumps({"readings": readings}).encode(),
-    headers={"Authorization": f"Agent {token}", "Content-Type": "application/json"},
-    method="POST",
-)
-try:
-    urllib.request.urlopen(request, timeout=20)
-except urllib.error.HTTPError as error:
-    if error.code != 400:
-        sys.exit(f"portal answered {error.code}; {len(readings)} readings kept for later")
-    print("portal refused readings:", error.read().decode()[:2000], file=sys.stderr)
-except OSError as error:
-    sys.exit(f"portal unreachable ({error}); {len(readings)} readings kept for later")
-os.remove(SPOOL)
-"""
+def agent_program() -> str:
+    """The agent program's text, as it is installed on a host (/usr/local/bin/portal-gpu-agent)."""
+    return files("instances.agent").joinpath("portal_agent.py").read_text(encoding="utf-8")
+
 
 SERVICE = """[Unit]
 Description=GPU Portal telemetry agent
@@ -80,7 +48,7 @@ def agent_cloud_config(
     )
     files = [
         ("/etc/portal-agent.env", "0600", env),
-        ("/usr/local/bin/portal-gpu-agent", "0755", AGENT_SCRIPT),
+        ("/usr/local/bin/portal-gpu-agent", "0755", agent_program()),
         ("/etc/systemd/system/portal-gpu-agent.service", "0644", SERVICE),
         ("/etc/systemd/system/portal-gpu-agent.timer", "0644", TIMER),
     ]

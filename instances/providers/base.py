@@ -152,7 +152,7 @@ class Provider(abc.ABC):
 
     name: str
     # GPU telemetry: True when the portal asks the cloud for readings (gpu_readings); False when
-    # each host's agent posts its own (installed by cloud-init, see instances/agent.py).
+    # each host's agent posts its own (instances/agent/portal_agent.py, installed by cloud-init).
     reports_gpu_readings: bool = False
 
     def gpu_readings(self, minute: datetime) -> dict[str, tuple[int, int]]:

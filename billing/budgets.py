@@ -236,7 +236,7 @@ def budget_check(request) -> None:
 
 
 def budget_headroom(request) -> list[Headroom]:
-    """An ORDER_LIMITS entry: what is left of the project's budget this month (less what its
+    """An ORDER_HEADROOM entry: what is left of the project's budget this month (less what its
     hosts will cost), and what this order would leave; ``over`` only where the policy refuses."""
     budget = Budget.objects.filter(project=request.project).first()
     if budget is None:

@@ -277,7 +277,7 @@ class ApprovalPolicy(models.Model):
 
 
 class IdlePolicy(models.Model):
-    """When a project's hosts count as idle and are stopped: GPU utilisation below
+    """When a project's hosts count as idle and are stopped: GPU utilization below
     ``threshold_percent`` for ``idle_minutes``, with a warning ``warning_minutes`` before.
     Defined here with the project; enforced by instances (which reads its own telemetry)."""
 

@@ -25,7 +25,7 @@ from instances.models import (
     Market,
 )
 from instances.selectors.costs import costs_so_far, running_seconds
-from instances.selectors.hosts import hosts_named
+from instances.selectors.hosts import instances_named
 from instances.selectors.telemetry import latest_gpu_readings
 from portal import permissions
 from portal.errors import Forbidden
@@ -126,7 +126,7 @@ class InstanceSerializer(serializers.ModelSerializer):
 class InstanceDetailSerializer(InstanceSerializer):
     events = EventSerializer(many=True, read_only=True)
     gpu_utilization = serializers.SerializerMethodField(
-        help_text="GPU utilisation in percent from the latest reading; null when there is no "
+        help_text="GPU utilization in percent from the latest reading; null when there is no "
         "recent one (see metrics/ for the series)"
     )
     # Spot recovery: where the order keeps checkpoints (every replacement gets the same), the
@@ -269,7 +269,7 @@ class InstanceViewSet(KeepRunningActions, viewsets.ReadOnlyModelViewSet):
         code and sentence, and the others go ahead."""
         body = BulkActionSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        hosts = hosts_named(request.user, body.validated_data["instances"])
+        hosts = instances_named(request.user, body.validated_data["instances"])
         if hosts is None:
             raise NotFound("No such host: every id must be a host you can see.")
         done, refused = services.instances_request_action(

@@ -14,8 +14,8 @@ from instances.models.catalog import (
 from instances.models.hosts import (
     ACTIONS,
     TASK_OF_STATUS,
-    HostAction,
     Instance,
+    InstanceAction,
     InstanceEvent,
     InstanceQuerySet,
 )
@@ -38,10 +38,10 @@ __all__ = [
     "TASK_OF_STATUS",
     "GpuHourlyReading",
     "GpuReading",
-    "HostAction",
     "HostAgentCredential",
     "Image",
     "Instance",
+    "InstanceAction",
     "InstanceEvent",
     "InstanceQuerySet",
     "InstanceType",

@@ -179,7 +179,7 @@ class Instance(models.Model):
         return self.replacements.order_by("-created_at", "id").first()
 
     @property
-    def actions_now(self) -> list[HostAction]:
+    def actions_now(self) -> list[InstanceAction]:
         """The actions this host's status and market allow now (who may act is asked apart),
         each with what its confirmation says happens to this host."""
         return [
@@ -190,7 +190,7 @@ class Instance(models.Model):
 
 
 @dataclass(frozen=True)
-class HostAction:
+class InstanceAction:
     """What a user may ask of a host: from which statuses, to which status, carried out by which
     task (by name), on which markets."""
 
@@ -225,8 +225,8 @@ class HostAction:
 
 S = Instance.Status
 # The one table of host actions: services, the reconciler, pages and the API read it.
-ACTIONS: dict[str, HostAction] = {
-    "stop": HostAction(
+ACTIONS: dict[str, InstanceAction] = {
+    "stop": InstanceAction(
         name="stop",
         done="stopped",
         allowed_from=frozenset({S.RUNNING}),
@@ -236,7 +236,7 @@ ACTIONS: dict[str, HostAction] = {
         markets=frozenset({"on_demand"}),
         confirm="Its disk is kept; while it is stopped you pay only for the disk.",
     ),
-    "start": HostAction(
+    "start": InstanceAction(
         name="start",
         done="started",
         allowed_from=frozenset({S.STOPPED}),
@@ -244,7 +244,7 @@ ACTIONS: dict[str, HostAction] = {
         task="instances.tasks.start_instance",
         confirm="It boots from its kept disk; billing resumes once it runs.",
     ),
-    "terminate": HostAction(
+    "terminate": InstanceAction(
         name="terminate",
         done="terminated",
         allowed_from=Instance.LIVE - {S.TERMINATING},

@@ -7,7 +7,7 @@ from django.db import models
 
 
 class GpuReading(models.Model):
-    """A host's GPU utilisation and memory in use during one minute (the minute it began).
+    """A host's GPU utilization and memory in use during one minute (the minute it began).
 
     One row per host and minute: a repeated post of the same minute replaces it, so an agent
     that retries never counts twice. Rows older than PORTAL_TELEMETRY_MINUTE_RETENTION_HOURS are

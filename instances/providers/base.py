@@ -156,7 +156,7 @@ class Provider(abc.ABC):
     reports_gpu_readings: bool = False
 
     def gpu_readings(self, minute: datetime) -> dict[str, tuple[int, int]]:
-        """Each running host's GPU utilisation (percent) and memory in use (MiB) during one
+        """Each running host's GPU utilization (percent) and memory in use (MiB) during one
         minute, by cloud id. Only clouds with ``reports_gpu_readings`` answer."""
         return {}  # its hosts post their own readings (the agent): nothing to gather here
 

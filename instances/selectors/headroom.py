@@ -1,11 +1,11 @@
-"""What an order may still ask for, shown before it is placed (the order page, the approval
-inbox): the headroom each limit leaves and whether the checks ``order_submit`` runs would refuse
-or hold it.
+"""instances/selectors/headroom.py: what an order may still ask for, shown before it is placed
+(the order page, the approval inbox): the headroom each limit leaves and whether the checks
+``order_submit`` runs would refuse or hold it.
 
-Each entry of ``ORDER_LIMITS`` is ``callable(request) -> list[Headroom]`` (the quota's here, the
-budget's from billing: the ``ORDER_ADMISSION_CHECKS`` device, so instances never imports
-billing). Refusals come from running the admission checks themselves and the approval reason
-from ``approval_needed``: what the page says is what the submit will do.
+Each entry of ``ORDER_HEADROOM`` is ``callable(request) -> list[Headroom]`` (the quota's in
+instances/services/quotas.py, the budget's from billing: the ``ORDER_ADMISSION_CHECKS`` device,
+so instances never imports billing). Refusals come from running the admission checks themselves
+and the approval reason from ``approval_needed``: what the page says is what the submit will do.
 """
 
 from __future__ import annotations
@@ -34,9 +34,10 @@ class Headroom:
 
 @dataclass(frozen=True)
 class Preview:
-    """An order before it is placed: its limits, the admission refusal, the approval reason."""
+    """An order before it is placed: the headroom of each limit, the admission refusal, the
+    approval reason."""
 
-    limits: list[Headroom] = field(default_factory=list)
+    headroom: list[Headroom] = field(default_factory=list)
     refusal: str = ""
     refusal_code: str = ""
     approval: str = ""
@@ -44,16 +45,16 @@ class Preview:
     @property
     def hosts_fit(self) -> int | None:
         """Most hosts of this type the quotas still allow (None: no quota counts them)."""
-        fits = [h.hosts_fit for h in self.limits if h.hosts_fit is not None]
+        fits = [h.hosts_fit for h in self.headroom if h.hosts_fit is not None]
         return min(fits) if fits else None
 
 
 def order_preview(request: OrderRequest) -> Preview:
-    """The limits and the answers order_submit would give now (read only: no lock is taken,
+    """The headroom and the answers order_submit would give now (read only: no lock is taken,
     so a concurrent order may still win the last GPU; the submit checks again under the lock)."""
-    limits: list[Headroom] = []
-    for path in settings.ORDER_LIMITS:
-        limits.extend(import_string(path)(request))
+    headroom: list[Headroom] = []
+    for path in settings.ORDER_HEADROOM:
+        headroom.extend(import_string(path)(request))
     refusal, code = "", ""
     for path in settings.ORDER_ADMISSION_CHECKS:
         try:
@@ -62,7 +63,7 @@ def order_preview(request: OrderRequest) -> Preview:
             refusal, code = error.message, error.code
             break
     return Preview(
-        limits=limits,
+        headroom=headroom,
         refusal=refusal,
         refusal_code=code,
         approval=approval_needed(request) or "",

@@ -11,7 +11,7 @@ def instance_load(instance_id) -> Instance:
     return Instance.objects.with_detail().get(pk=instance_id)
 
 
-def hosts_named(user, ids) -> list[Instance] | None:
+def instances_named(user, ids) -> list[Instance] | None:
     """The hosts a bulk action names, by name, if the user sees every one of them; None when
     one is not a host they see (the caller answers 404 without saying which)."""
     hosts = list(

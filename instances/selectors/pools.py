@@ -25,7 +25,7 @@ def with_last_event(pools):
     )
 
 
-def host_counts(pool_ids) -> dict:
+def instance_counts(pool_ids) -> dict:
     """{pool id: {"on_demand": n, "spot": n, "running": n, "pending": n}} for live hosts."""
     counts: dict = defaultdict(lambda: {"on_demand": 0, "spot": 0, "running": 0, "pending": 0})
     rows = (
@@ -50,7 +50,7 @@ def pools_overview(user) -> list[dict]:
         .select_related("project", "instance_type", "created_by")
         .order_by("project__slug", "name")
     )
-    counts = host_counts([p.pk for p in pools])
+    counts = instance_counts([p.pk for p in pools])
     return [{"p": pool, "n": counts[pool.pk]} for pool in pools]
 
 

@@ -21,7 +21,7 @@ from portal.quota_rows import QuotaChoices
 from portal.quotas import Key, Usage
 
 
-def usage_of(keys: Iterable[Key]) -> dict[Key, Usage]:
+def live_usage(keys: Iterable[Key]) -> dict[Key, Usage]:
     """The PORTAL_QUOTA_USAGE hook: GPUs and hosts held now for each ``(project id, member id or
     None)``, in one query however many keys. Every live host counts, stopped ones too, since
     they may start again without asking."""
@@ -49,7 +49,7 @@ def usage_of(keys: Iterable[Key]) -> dict[Key, Usage]:
 def usage(*, project: Project, user: User | None = None) -> Usage:
     """What one project (or one member in it) holds now."""
     key = (project.pk, user.pk if user is not None else None)
-    return usage_of([key])[key]
+    return live_usage([key])[key]
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ class Holder:
 
 def holders_of(project_ids: Iterable[int]) -> dict[int, list[Holder]]:
     """Who holds each project's quota now, by user, pool and order, most GPUs first: the same
-    live hosts usage_of counts, in one query however many projects."""
+    live hosts live_usage counts, in one query however many projects."""
     found: dict[int, list[Holder]] = {pk: [] for pk in project_ids}
     rows = (
         Instance.objects.filter(project_id__in=list(found), status__in=Instance.LIVE)

@@ -87,7 +87,7 @@ from instances.services.orders import (
 )
 from instances.services.pools.autoscaler import AutoscaleReport, autoscale
 from instances.services.pools.lifecycle import (
-    hosts_end,
+    instances_end,
     pool_capacity_refused,
     pool_create,
     pool_delete,
@@ -114,7 +114,7 @@ from instances.services.reconcile import (
     reconcile,
 )
 from instances.services.spot_recovery import (
-    host_interrupted,
+    instance_interrupted,
     replacement_start,
     spot_capacity_refused,
     spot_events_drain,
@@ -165,8 +165,6 @@ __all__ = [
     "autoscale",
     "enqueue",
     "failure_reason",
-    "host_interrupted",
-    "hosts_end",
     "idle_check",
     "image_save",
     "image_upsert",
@@ -176,6 +174,7 @@ __all__ = [
     "instance_create",
     "instance_extend_lease",
     "instance_fail",
+    "instance_interrupted",
     "instance_keep_running",
     "instance_note",
     "instance_provision",
@@ -191,6 +190,7 @@ __all__ = [
     "instance_type_save",
     "instance_type_sync",
     "instance_walk",
+    "instances_end",
     "instances_request_action",
     "launch_order_key",
     "launch_request",

@@ -92,7 +92,7 @@ def quota_check(request) -> None:
 
 
 def quota_headroom(request) -> list[Headroom]:
-    """An ORDER_LIMITS entry: for each counted limit of the project's quota (and the member's
+    """An ORDER_HEADROOM entry: for each counted limit of the project's quota (and the member's
     own) that this order's type counts against, what is left now and after the order; then the
     longest lease."""
     found = []

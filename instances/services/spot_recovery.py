@@ -205,7 +205,7 @@ def _rebalance_tell(instance: Instance) -> None:
         )
 
 
-def host_interrupted(*, instance: Instance) -> None:
+def instance_interrupted(*, instance: Instance) -> None:
     """The cloud took a spot host back (reconcile saw it, warned or not): tell the owner, and
     start the replacement now if the warning did not (none came, or admission refused it while
     the host still counted)."""

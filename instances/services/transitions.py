@@ -55,7 +55,7 @@ def order_decide_topic(order: Order) -> str:
     return f"order:{order.pk}:decide"
 
 
-def host_topic(instance: Instance, kind: str) -> str:
+def instance_topic(instance: Instance, kind: str) -> str:
     """The topic of a host's notices of one ``kind`` (idle, lease, stuck): all of them close
     when the host stops or ends (HOST_NOTICES_CLOSE_AT)."""
     return f"host:{instance.pk}:{kind}"

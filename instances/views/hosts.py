@@ -23,7 +23,7 @@ from instances.forms import ExtendForm
 from instances.lib.checkpoints import backup_dir
 from instances.models import ACTIONS, Instance, Order
 from instances.selectors.costs import cost_notes, costs_so_far, rate_now, running_seconds
-from instances.selectors.hosts import hosts_named
+from instances.selectors.hosts import instances_named
 from instances.selectors.orders import held_orders
 from instances.selectors.telemetry import gpu_first_reading_at, latest_gpu_readings
 from instances.services.idle import idle_since
@@ -308,7 +308,7 @@ def hosts_bulk(request: HttpRequest) -> HttpResponse:
         ) from None
     if not ids:
         raise ValidationError(f"Tick the hosts to {action.name} first.")
-    hosts = hosts_named(request.user, ids)
+    hosts = instances_named(request.user, ids)
     if hosts is None:
         raise Http404  # a host this person may not see is not named, even as missing
     done, refused = services.instances_request_action(

@@ -24,7 +24,7 @@ from instances.forms import (
     fallback_names,
 )
 from instances.models import Image, Instance, InstanceType, InterruptionPolicy, Market, Pool
-from instances.selectors.pools import chart_series, host_counts, pools_overview, with_last_event
+from instances.selectors.pools import chart_series, instance_counts, pools_overview, with_last_event
 from instances.services.pools.checks import pool_problems
 from instances.services.pools.plan import mix
 from portal import permissions
@@ -229,7 +229,7 @@ def _pool_context(request: HttpRequest, pool: Pool, **forms) -> dict:
     }
     return {
         "p": pool,
-        "n": host_counts([pool.pk])[pool.pk],
+        "n": instance_counts([pool.pk])[pool.pk],
         "policy_label": dict(InterruptionPolicy.choices).get(
             pool.interruption_policy, pool.interruption_policy
         ),

@@ -86,11 +86,11 @@ PORTAL_ORDER_MAX_COUNT = env_int("PORTAL_ORDER_MAX_COUNT", 8)
 ORDER_ADMISSION_CHECKS: list[str] = ["instances.services.quotas.quota_check"]
 # What an order page and the approval inbox show before an order is placed or approved: the
 # headroom of each limit, callable(order_request) -> list[instances.selectors.headroom.Headroom].
-ORDER_LIMITS: list[str] = ["instances.services.quotas.quota_headroom"]
+ORDER_HEADROOM: list[str] = ["instances.services.quotas.quota_headroom"]
 # Quotas are defined in portal and counted in instances: callable(keys) -> {key: Usage} for many
 # (project id, member id or None) keys at once; and callable(values) -> (values, problems)
 # checks of the names a quota's limits use, run before a quota is saved.
-PORTAL_QUOTA_USAGE = "instances.selectors.quotas.usage_of"
+PORTAL_QUOTA_USAGE = "instances.selectors.quotas.live_usage"
 PORTAL_QUOTA_VALIDATORS: list[str] = ["instances.services.quotas.quota_catalog_problems"]
 # Run when a project's limits change (its quota set or removed, its budget set or removed), in
 # the changing transaction: callable(project=...). The pools held by a refusal retry at once.

@@ -1,5 +1,5 @@
 """What moves a pool's desired count: scheduled actions at fixed instants (across a daylight
-saving change) and target tracking on simulated GPU utilisation."""
+saving change) and target tracking on simulated GPU utilization."""
 
 from __future__ import annotations
 

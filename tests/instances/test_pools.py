@@ -28,7 +28,7 @@ OD, SPOT = "on_demand", "spot"
 
 
 def hosts(*specs) -> list[Host]:
-    """('on_demand', 'running', 40) -> a Host; utilisation optional."""
+    """('on_demand', 'running', 40) -> a Host; utilization optional."""
     made = []
     for number, spec in enumerate(specs):
         market, status, *util = spec

@@ -50,14 +50,14 @@ from instances.services.orders import (
     order_request_of,
 )
 from instances.services.pools.checks import pool_launch_refusal
-from instances.services.pools.lifecycle import hosts_end, pool_event
+from instances.services.pools.lifecycle import instances_end, pool_event
 from instances.services.pools.plan import (
     SERVING,
     Host,
     fallback_types,
-    host_utilisation,
+    instance_utilization,
     plan,
-    pool_utilisation,
+    pool_utilization,
     quota_hosts,
 )
 from instances.services.pools.schedules import schedules_fire
@@ -122,7 +122,7 @@ def autoscale(*, now: datetime | None = None) -> AutoscaleReport:
         for schedule in PoolSchedule.objects.filter(pool_id__in=ids, enabled=True):
             schedules[schedule.pool_id].append(schedule)
         hosts = defaultdict(list)
-        utilisation = host_utilisation(ids, now)
+        utilization = instance_utilization(ids, now)
         handover = timedelta(seconds=settings.PORTAL_POOL_LEASE_HANDOVER_SECONDS)
         for row in Instance.objects.filter(pool_id__in=ids, status__in=Instance.LIVE).values(
             "id",
@@ -134,7 +134,7 @@ def autoscale(*, now: datetime | None = None) -> AutoscaleReport:
             "lease_expires_at",
         ):
             hosts[row["pool_id"]].append(row)
-        series = pool_utilisation(pools, now)
+        series = pool_utilization(pools, now)
         types = fallback_types(pools)
         quotas = quota_hosts(pools)
         events: list[PoolEvent] = []
@@ -152,7 +152,7 @@ def autoscale(*, now: datetime | None = None) -> AutoscaleReport:
                         and pool.interruption_policy != InterruptionPolicy.NOTIFY
                     )
                     or _lease_ending(row, handover, now),
-                    utilization=utilisation.get(row["id"]),
+                    utilization=utilization.get(row["id"]),
                     launched_at=row["launched_at"],
                 )
                 for row in hosts[pool.pk]
@@ -204,7 +204,7 @@ def _set_desired(pool: Pool, value: int, *, kind, why: str, now, events) -> bool
 
 
 def _target_track(pool: Pool, hosts: list[Host], minutes: dict, now: datetime, events) -> None:
-    """Keep average GPU utilisation near the target: out when every minute of the last
+    """Keep average GPU utilization near the target: out when every minute of the last
     scale_out_minutes was above it, in when every minute of the last scale_in_minutes was
     below, never within cooldown_minutes of the last move. Minutes with no reading are
     skipped, but at least half of the window must have readings."""
@@ -234,7 +234,7 @@ def _target_track(pool: Pool, hosts: list[Host], minutes: dict, now: datetime, e
             pool,
             want,
             kind=K.TARGET,
-            why=f"GPU utilisation {mean:.0f} % above the {target} % target for "
+            why=f"GPU utilization {mean:.0f} % above the {target} % target for "
             f"{pool.scale_out_minutes} min: scale out",
             now=now,
             events=events,
@@ -249,7 +249,7 @@ def _target_track(pool: Pool, hosts: list[Host], minutes: dict, now: datetime, e
             pool,
             want,
             kind=K.TARGET,
-            why=f"GPU utilisation {mean:.0f} % below the {target} % target for "
+            why=f"GPU utilization {mean:.0f} % below the {target} % target for "
             f"{pool.scale_in_minutes} min: scale in",
             now=now,
             events=events,
@@ -290,7 +290,7 @@ def _converge(pool: Pool, hosts: list[Host], types: dict, now: datetime, events,
     for host, why in step.end:
         reasons[why].append(host)
     for why, group in reasons.items():
-        ended = hosts_end(
+        ended = instances_end(
             Instance.objects.filter(pk__in=[h.id for h in group]),
             reason=f"pool {pool.name}: {why}",
             actor=ACTOR,
@@ -485,7 +485,7 @@ def _create_hosts(
 def _finish_deleting(pool: Pool, hosts: list[Host], now: datetime, events, report) -> None:
     live = [h for h in hosts if h.status not in (S.TERMINATING, S.INTERRUPTED)]
     if live:
-        ended = hosts_end(
+        ended = instances_end(
             Instance.objects.filter(pk__in=[h.id for h in live]),
             reason=f"pool {pool.name} deleted",
             actor=ACTOR,

@@ -335,7 +335,7 @@ def pool_delete(*, pool: Pool, user: User) -> Pool:
         pool_event(
             row, K.DELETED, f"deleted by {user.username}", actor=actor_of(user), old=old, new=0
         )
-        hosts_end(
+        instances_end(
             Instance.objects.filter(pool=row, status__in=Instance.LIVE),
             reason=f"pool {row.name} deleted by {user.username}",
             actor=actor_of(user),
@@ -367,7 +367,7 @@ def held_orders_cancel(pool: Pool, user: User, reason: str) -> list[str]:
     return said
 
 
-def hosts_end(hosts, *, reason: str, actor: str) -> list[str]:
+def instances_end(hosts, *, reason: str, actor: str) -> list[str]:
     """Terminate these hosts (a transition each, the cloud call a task on commit)."""
     ended = []
     for host in hosts:

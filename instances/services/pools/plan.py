@@ -118,7 +118,7 @@ def plan(
             group, why = left_od, "on-demand above the mix's share"
         if not group:
             break
-        # Hosts still starting first, then the idle and least-utilised (unknown counts as busy).
+        # Hosts still starting first, then the idle and least-utilized (unknown counts as busy).
         host = min(
             group,
             key=lambda h: (
@@ -139,8 +139,8 @@ def plan(
 # --- the bulk reads --------------------------------------------------------------------------
 
 
-def host_utilisation(pool_ids: list, now: datetime) -> dict:
-    """Each running pool host's mean GPU utilisation over the last ten minutes (one query)."""
+def instance_utilization(pool_ids: list, now: datetime) -> dict:
+    """Each running pool host's mean GPU utilization over the last ten minutes (one query)."""
     rows = (
         GpuReading.objects.filter(
             instance__pool_id__in=pool_ids,
@@ -154,8 +154,8 @@ def host_utilisation(pool_ids: list, now: datetime) -> dict:
     return {row["instance_id"]: float(row["mean"]) for row in rows}
 
 
-def pool_utilisation(pools: list[Pool], now: datetime) -> dict:
-    """{pool id: {minute: mean utilisation of its warm running hosts}} over the longest window
+def pool_utilization(pools: list[Pool], now: datetime) -> dict:
+    """{pool id: {minute: mean utilization of its warm running hosts}} over the longest window
     any tracking pool looks at (one query, grouped by pool and minute)."""
     tracked = [p for p in pools if p.target_gpu_utilization is not None and p.is_live]
     if not tracked:

@@ -283,6 +283,7 @@ class IdlePolicy(models.Model):
 
     project = models.OneToOneField(Project, on_delete=models.CASCADE, related_name="idle_policy")
     enabled = models.BooleanField(default=True)
+    # The help text is spelt as migration 0003 records it (respelling it needs a migration).
     threshold_percent = models.PositiveSmallIntegerField(
         default=5, help_text="A host is idle while its GPU utilisation stays below this"
     )

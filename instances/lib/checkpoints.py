@@ -1,6 +1,6 @@
-"""Where an order's hosts keep their checkpoints: one durable location per project and order,
-handed to every host of the order (replacements included) through cloud-init. The portal only
-names the place; it never reads what is kept there."""
+"""instances/lib/checkpoints.py: where an order's hosts keep their checkpoints, one durable
+location per project and order, handed to every host of the order (replacements included)
+through cloud-init. The portal only names the place; it never reads what is kept there."""
 
 from __future__ import annotations
 

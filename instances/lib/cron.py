@@ -1,5 +1,5 @@
-"""Cron expressions of pool schedules: parse (Celery's crontab parser), describe in words
-(cron-descriptor), and find when they fire in an IANA time zone.
+"""instances/lib/cron.py: the cron expressions of pool schedules. Parse them (Celery's crontab
+parser), describe them in words (cron-descriptor), and find when they fire in an IANA time zone.
 
 Times are matched on the zone's wall clock by cronsim, which jumps from one firing to the
 next field by field (a cron that fires only on 29 February costs one step, not five years of

@@ -1,4 +1,4 @@
-"""Validation of the SSH public keys researchers paste into orders."""
+"""instances/lib/sshkeys.py: validation of the SSH public keys researchers paste into orders."""
 
 from __future__ import annotations
 

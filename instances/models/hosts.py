@@ -1,5 +1,6 @@
-"""Hosts: the Instance rows an order launches, their state machine (statuses and the legal
-moves), the table of actions a user may ask of a host, and each host's event timeline."""
+"""instances/models/hosts.py: the Instance rows an order launches (hosts, as the pages say),
+their state machine (statuses and the legal moves), the table of actions a user may ask of a
+host, and each host's event timeline."""
 
 from __future__ import annotations
 

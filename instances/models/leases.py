@@ -1,4 +1,5 @@
-"""The record that a lease warning was sent (one per host, lease end and warning)."""
+"""instances/models/leases.py: the record that a lease warning was sent (one per host, lease end
+and warning)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Orders: what a researcher asks for (a count of hosts of one type, image and market), the
-moves of its approval, and the choices an order makes (market, interruption policy)."""
+"""instances/models/orders.py: what a researcher asks for (a count of hosts of one type, image
+and market), the moves of its approval, and the choices an order makes (market, interruption
+policy)."""
 
 from __future__ import annotations
 

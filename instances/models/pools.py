@@ -1,5 +1,6 @@
-"""Pools' tables: a named group of identical hosts that the autoscaler keeps at its desired
-size, its scheduled actions, its scaling events and a sample per autoscaler pass for the chart.
+"""instances/models/pools.py: pools' tables: a named group of identical hosts that the
+autoscaler keeps at its desired size, its scheduled actions, its scaling events and a sample per
+autoscaler pass for the chart.
 
 A pool's hosts are ordinary Instance rows (``Instance.pool``) hanging on the pool's launch
 order, so billing, reconcile, spot recovery, leases and the idle stop all see them as hosts.

@@ -1,4 +1,5 @@
-"""The simulated cloud's own table: its hosts (the cloud's state, not the portal's)."""
+"""instances/models/simulated.py: the simulated cloud's own table: its hosts (the cloud's state,
+not the portal's)."""
 
 from __future__ import annotations
 

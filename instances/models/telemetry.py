@@ -1,5 +1,5 @@
-"""GPU telemetry's tables: a reading per host per minute, hourly summaries after the retention
-period, and the credential a host's agent posts readings with."""
+"""instances/models/telemetry.py: GPU telemetry's tables: a reading per host per minute, hourly
+summaries after the retention period, and the credential a host's agent posts readings with."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ class GpuReading(models.Model):
         "instances.Instance", on_delete=models.CASCADE, related_name="gpu_readings"
     )
     minute = models.DateTimeField()
+    # The help text is spelt as migration 0004 records it (respelling it needs a migration).
     utilization = models.PositiveSmallIntegerField(help_text="Mean GPU utilisation, percent")
     memory_used_mib = models.PositiveIntegerField(help_text="GPU memory in use, all GPUs, MiB")
 

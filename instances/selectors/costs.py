@@ -1,4 +1,5 @@
-"""Running time and cost so far of a host, from its events (the cloud's transition times).
+"""instances/selectors/costs.py: running time and cost so far of a host, from its events (the
+cloud's transition times).
 
 What a host has cost is billing's rule, not ours: the figure comes from the function named in
 PORTAL_INSTANCE_COST (billing's metering: the same rules and price histories that make the

@@ -1,5 +1,5 @@
-"""Reads of hosts that several callers share: one host with what its pages and worker read,
-and the hosts a bulk action names."""
+"""instances/selectors/hosts.py: reads of hosts that several callers share: one host with what
+its pages and worker read, and the hosts a bulk action names."""
 
 from __future__ import annotations
 

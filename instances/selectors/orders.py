@@ -1,5 +1,6 @@
-"""Reads of orders that several callers share: the held orders a person may decide (the
-approval inbox, the Approvals badge) and those waiting that they may see (My hosts)."""
+"""instances/selectors/orders.py: reads of orders that several callers share: the held orders a
+person may decide (the approval inbox, the Approvals badge) and those waiting that they may see
+(My hosts)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""What the pool pages read: each pool's hosts counted by state, its last event, and the
-samples of its chart. A fixed number of queries however many pools a page shows."""
+"""instances/selectors/pools.py: what the pool pages read: each pool's hosts counted by state,
+its last event, and the samples of its chart. A fixed number of queries however many pools a
+page shows."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""What each project (or member) holds against its quotas, counted from live instance rows:
-GPUs and hosts by key, who holds them, and the names the Quotas page offers (the
-PORTAL_QUOTA_USAGE and PORTAL_QUOTA_CHOICES hooks).
+"""instances/selectors/quotas.py: what each project (or member) holds against its quotas,
+counted from live instance rows: GPUs and hosts by key, who holds them, and the names the Quotas
+page offers (the PORTAL_QUOTA_USAGE and PORTAL_QUOTA_CHOICES hooks).
 
 Usage is counted from live instance rows, never kept as a running total: a host that ends,
 however it ends, leaves the live set exactly once, so there is nothing to release and nothing

@@ -1,5 +1,6 @@
-"""Reads of GPU telemetry that several callers share: each running host's current reading, how
-far back a host's readings reach, and a host's series (hours, then minutes) for its chart."""
+"""instances/selectors/telemetry.py: reads of GPU telemetry that several callers share: each
+running host's current reading, how far back a host's readings reach, and a host's series
+(hours, then minutes) for its chart."""
 
 from __future__ import annotations
 

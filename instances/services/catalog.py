@@ -1,5 +1,6 @@
-"""The catalog's writers: instance types and images synced from the cloud, spot prices seen,
-and what the catalog tells other apps when a list price changes (INSTANCE_PRICE_HOOKS)."""
+"""instances/services/catalog.py: the catalog's writers. Instance types and images synced from
+the cloud, spot prices seen, and what the catalog tells other apps when a list price changes
+(INSTANCE_PRICE_HOOKS)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""What users ask of a host: stop, start, terminate (the cloud call is a task)."""
+"""instances/services/hosts.py: what users ask of a host: stop, start, terminate (the cloud call
+is a task)."""
 
 from __future__ import annotations
 

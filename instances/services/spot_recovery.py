@@ -1,5 +1,5 @@
-"""Spot recovery: hear the cloud's interruption warnings, tell the owner, and launch a
-replacement as the order's interruption policy says.
+"""instances/services/spot_recovery.py: hear the cloud's spot interruption warnings, tell the
+owner, and launch a replacement as the order's interruption policy says.
 
 - notify: the owner hears of the warning and of the interruption, nothing is launched.
 - relaunch_spot: a new spot host of the same order (type, image, key, project, owner, lease and

@@ -1,5 +1,6 @@
-"""The autoscaler pass (beat): every active pool's desired count from its schedules, its GPU
-target and manual changes, then converge: launch what is missing, end what is surplus.
+"""instances/services/pools/autoscaler.py: the autoscaler pass (beat): every active pool's
+desired count from its schedules, its GPU target and manual changes, then converge: launch what
+is missing, end what is surplus.
 
 - One transaction, pool rows locked with SKIP LOCKED: a second pass started meanwhile skips
   the pools the first holds, so each missing host is launched once. Hosts are Instance rows

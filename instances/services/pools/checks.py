@@ -1,5 +1,6 @@
-"""A pool's checks: sizes, mix, fallback types, and the order of max hosts it stands for
-(validated as an order is, held when the project's approval policy says so)."""
+"""instances/services/pools/checks.py: a pool's checks. Sizes, mix, fallback types, and the
+order of max hosts it stands for (validated as an order is, held when the project's approval
+policy says so)."""
 
 from __future__ import annotations
 

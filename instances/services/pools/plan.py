@@ -1,5 +1,6 @@
-"""What the autoscaler decides for one pool (pure: plan() takes made-up hosts in the tests)
-and the bulk reads a pass makes, one query each whatever the number of pools and hosts."""
+"""instances/services/pools/plan.py: what the autoscaler decides for one pool (pure: plan()
+takes made-up hosts in the tests) and the bulk reads a pass makes, one query each whatever the
+number of pools and hosts."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""A pool's scheduled actions: add, change, remove, and say them in words with their next
-runs (the autoscaler pass applies them)."""
+"""instances/services/pools/schedules.py: a pool's scheduled actions. Add, change, remove, and
+say them in words with their next runs (the autoscaler pass applies them)."""
 
 from __future__ import annotations
 

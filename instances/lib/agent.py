@@ -1,9 +1,11 @@
-"""instances/lib/agent.py: the cloud-config that installs the GPU telemetry agent on a real
-host. The agent is a program of its own, instances/agent/portal_agent.py, read from the package
-here and written to the host with the host's own credential (instances/services/telemetry.py
-agent_secret); a systemd timer runs it every minute. It reads nvidia-smi, keeps the readings in
-a spool until the portal accepts them, and drops (with a line in the journal) only what the
-portal refused as malformed: nothing is lost without a word on either side.
+"""The GPU telemetry agent a real host runs: cloud-init installs it with the host's own
+credential (instances/services/telemetry.py agent_secret) and a systemd timer runs it every
+minute. It reads nvidia-smi, keeps the readings in a spool until the portal accepts them, and
+drops (with a line in the journal) only what the portal refused as malformed: nothing is lost
+without a word on either side.
+
+instances/lib/agent.py writes that cloud-config; the agent itself is a program of its own,
+instances/agent/portal_agent.py, read from the package here.
 """
 
 from __future__ import annotations

@@ -24,8 +24,8 @@ from audit.services import audit_record_system
 from billing.models import Budget, BudgetAlert, DailyRollup
 from billing.money import SECONDS_PER_HOUR, dollars, micros
 from billing.rules import month_end, month_of, next_month
-from instances.limits import Headroom
 from instances.models import Instance, Market
+from instances.selectors.headroom import Headroom
 from instances.services import instance_system_stop, pools_budget_stop
 from portal import permissions
 from portal.errors import Conflict, Forbidden
@@ -236,7 +236,7 @@ def budget_check(request) -> None:
 
 
 def budget_headroom(request) -> list[Headroom]:
-    """An ORDER_LIMITS entry: what is left of the project's budget this month (less what its
+    """An ORDER_HEADROOM entry: what is left of the project's budget this month (less what its
     hosts will cost), and what this order would leave; ``over`` only where the policy refuses."""
     budget = Budget.objects.filter(project=request.project).first()
     if budget is None:

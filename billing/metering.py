@@ -4,8 +4,9 @@ figure of what a host has cost so far is the same computation.
 A pass (``usage_meter``) meters every host not yet fully metered and every host a late price
 touches, a batch of hosts per transaction, in a fixed number of queries per batch whatever the
 number of hosts and price changes. ``costs_so_far`` (the PORTAL_INSTANCE_COST hook that the
-host pages and the API call through ``instances.usage``) applies the same rules (billing.rules)
-to the same rate histories (billing.prices), so an ended host's live figure is its bill.
+host pages and the API call through ``instances.selectors.costs``) applies the same rules
+(billing.rules) to the same rate histories (billing.prices), so an ended host's live figure is
+its bill.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from django.conf import settings
 
 from demo.session import Session
 from instances import services
-from instances.catalog import list_prices
+from instances.data import list_prices
 from instances.models import InstanceType
 
 # Orders placed this long before the demo opens, still running (or waiting) when it does:

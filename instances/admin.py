@@ -3,8 +3,7 @@
 from django.contrib import admin
 
 from instances import services
-from instances.models import Image, InstanceType
-from instances.pools import Pool, PoolEvent, PoolSchedule
+from instances.models import Image, InstanceType, Pool, PoolEvent, PoolSchedule
 
 
 @admin.register(InstanceType)

@@ -13,9 +13,9 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from instances.models import Instance, Order
-from instances.pool_reads import pools_overview
-from instances.quotas import holders_of, usage_of
-from instances.selectors import orders_to_decide
+from instances.selectors.orders import orders_to_decide
+from instances.selectors.pools import pools_overview
+from instances.selectors.quotas import holders_of, live_usage
 from portal import permissions
 from portal.models import Project, Quota, User
 from portal.panels import Panel
@@ -50,7 +50,7 @@ def quota_panel(user: User, projects: list[Project]) -> Panel:
         for quota in Quota.objects.filter(project_id__in=ids).filter(Q(user=None) | Q(user=user))
     }
     keys = [(pk, None) for pk in ids] + [(pk, user.pk) for pk in ids if (pk, user.pk) in quotas]
-    used = usage_of(keys)
+    used = live_usage(keys)
     holders = holders_of(ids)
     # can_request_quota for every card in one query: it is can_order_in.
     askable = set(permissions.orderable_projects(user).values_list("pk", flat=True))
@@ -108,7 +108,7 @@ def operations_panel(user: User, projects: list[Project]) -> Panel | None:
     quotas = {
         quota.project_id: quota for quota in Quota.objects.filter(project_id__in=ids, user=None)
     }
-    used = usage_of((pk, None) for pk in quotas)
+    used = live_usage((pk, None) for pk in quotas)
     pressure = []
     for project in projects:
         if project.pk not in quotas:

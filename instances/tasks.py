@@ -15,7 +15,7 @@ from instances import services
 from instances.metrics import autoscale_counted, reconcile_counted
 from instances.models import Instance
 from instances.providers.base import NO_CAPACITY, ProviderPermanentError, ProviderTransientError
-from instances.selectors import instance_load
+from instances.selectors.hosts import instance_load
 from portal.metrics import AUTOSCALER_SECONDS, RECONCILE_SECONDS
 
 log = logging.getLogger(__name__)

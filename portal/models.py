@@ -277,12 +277,13 @@ class ApprovalPolicy(models.Model):
 
 
 class IdlePolicy(models.Model):
-    """When a project's hosts count as idle and are stopped: GPU utilisation below
+    """When a project's hosts count as idle and are stopped: GPU utilization below
     ``threshold_percent`` for ``idle_minutes``, with a warning ``warning_minutes`` before.
     Defined here with the project; enforced by instances (which reads its own telemetry)."""
 
     project = models.OneToOneField(Project, on_delete=models.CASCADE, related_name="idle_policy")
     enabled = models.BooleanField(default=True)
+    # The help text is spelt as migration 0003 records it (respelling it needs a migration).
     threshold_percent = models.PositiveSmallIntegerField(
         default=5, help_text="A host is idle while its GPU utilisation stays below this"
     )

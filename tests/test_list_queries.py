@@ -15,7 +15,7 @@ from audit.services import audit_record_system
 from billing.budgets import budget_set
 from instances import services
 from instances.models import Image, InstanceType, Order, Pool, PoolEvent
-from instances.services.pools import pool_event
+from instances.services.pools.lifecycle import pool_event
 from portal.models import Membership, QuotaRequest
 from portal.rest import Pagination
 from portal.services import (

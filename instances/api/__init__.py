@@ -1,6 +1,10 @@
-"""The instances API: serializers, views (viewsets) and filters; portal/urls.py routes them."""
+"""instances/api/: the instances API, one module per topic (catalog, orders, hosts, pools,
+telemetry), each with that topic's serializers, filters and viewsets; fields.py holds what they
+share. portal/urls.py routes the viewsets listed here."""
 
+from instances.api.catalog import ImageViewSet, InstanceTypeViewSet
+from instances.api.hosts import InstanceViewSet
+from instances.api.orders import OrderViewSet
 from instances.api.pools import PoolViewSet
-from instances.api.views import ImageViewSet, InstanceTypeViewSet, InstanceViewSet, OrderViewSet
 
 __all__ = ["ImageViewSet", "InstanceTypeViewSet", "InstanceViewSet", "OrderViewSet", "PoolViewSet"]

@@ -15,7 +15,8 @@ from rest_framework.response import Response
 
 from audit.services import audit_set_object
 from instances import services
-from instances.api.serializers import ProjectOfCaller
+from instances.api.fields import ProjectOfCaller
+from instances.lib.sshkeys import validate_public_key
 from instances.models import (
     Image,
     Instance,
@@ -26,7 +27,6 @@ from instances.models import (
     PoolEvent,
     PoolSchedule,
 )
-from instances.sshkeys import validate_public_key
 from portal import permissions
 from portal.errors import Forbidden
 from portal.models import Project

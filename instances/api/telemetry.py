@@ -17,7 +17,7 @@ from rest_framework.views import APIView
 
 from instances import services
 from instances.models import HostAgentCredential, Instance
-from instances.selectors import gpu_series, latest_gpu_readings
+from instances.selectors.telemetry import gpu_series, latest_gpu_readings
 from portal.authentication import BearerTokenAuthentication
 from portal.errors import Conflict
 from portal.rest import StrictSerializer, refuse_body

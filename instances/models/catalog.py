@@ -11,7 +11,7 @@ from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils import timezone
 
-from instances.fields import MONEY
+from instances.models.fields import MONEY
 
 # A spot price under 1 % of the list price has never been a real EC2 price (moto fakes
 # $0.00001/h dated 2006); one not refreshed for a week may be long gone.

@@ -152,11 +152,11 @@ class Provider(abc.ABC):
 
     name: str
     # GPU telemetry: True when the portal asks the cloud for readings (gpu_readings); False when
-    # each host's agent posts its own (installed by cloud-init, see instances/agent.py).
+    # each host's agent posts its own (instances/agent/portal_agent.py, installed by cloud-init).
     reports_gpu_readings: bool = False
 
     def gpu_readings(self, minute: datetime) -> dict[str, tuple[int, int]]:
-        """Each running host's GPU utilisation (percent) and memory in use (MiB) during one
+        """Each running host's GPU utilization (percent) and memory in use (MiB) during one
         minute, by cloud id. Only clouds with ``reports_gpu_readings`` answer."""
         return {}  # its hosts post their own readings (the agent): nothing to gather here
 

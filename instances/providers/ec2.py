@@ -15,7 +15,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from django.conf import settings
 from django.utils import timezone
 
-from instances.agent import agent_cloud_config
+from instances.lib.agent import agent_cloud_config
 from instances.providers.base import (
     NO_CAPACITY,
     TAG_DEPLOYMENT,

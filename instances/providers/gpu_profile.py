@@ -20,7 +20,7 @@ from instances.providers.faults import unit_hash
 
 @dataclass(frozen=True)
 class GpuSample:
-    """One minute of a host's GPUs: mean utilisation (percent) and memory in use (MiB)."""
+    """One minute of a host's GPUs: mean utilization (percent) and memory in use (MiB)."""
 
     utilization: int
     memory_used_mib: int

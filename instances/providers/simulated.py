@@ -23,7 +23,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from instances.catalog import CATALOG_DIR, image_rows, simulated_cloud_rows
+from instances.data import DATA_DIR, image_rows, simulated_cloud_rows
 from instances.models import Image, SimulatedHost
 from instances.providers.base import (
     NO_CAPACITY,
@@ -64,7 +64,7 @@ class SimulatedProvider(SpotMarket, Provider):
     def _known_images(self) -> set[str]:
         """The ids in this region of the shipped images file, of PORTAL_IMAGE_FILE and those an
         admin set on an image: this cloud has those images and no other."""
-        rows = [*image_rows(CATALOG_DIR / "images.json"), *image_rows()]
+        rows = [*image_rows(DATA_DIR / "images.json"), *image_rows()]
         known = {row["provider_image_ids"].get(self.region) for row in rows}
         for overrides in Image.objects.values_list("image_id_overrides", flat=True):
             known.add(overrides.get(self.region))

@@ -13,7 +13,7 @@ from decimal import Decimal
 from django.conf import settings
 from django.utils import timezone
 
-from instances.catalog import list_prices
+from instances.data import list_prices
 from instances.models import SimulatedHost
 from instances.providers import spot_events
 from instances.providers.base import (

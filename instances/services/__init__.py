@@ -1,33 +1,28 @@
-"""The writers of the catalog, orders and hosts (docs/design.md rule 1: services are the only
-writers), one module per concern:
+"""instances/services/: the writers of the catalog, orders and hosts (docs/design.md rule 1:
+services are the only writers), one module per topic, every public function re-exported here:
 
-- catalog: instance types and images from the cloud, spot prices seen
+- catalog: instance types and images from the cloud, spot prices seen, price hooks
 - orders: estimate, validate, admit and place an order; the hosts it creates
 - approvals: approve, reject, cancel, expire held orders
 - transitions: the order and host state machines (the only writers of status)
-- actions: what users ask of a host (stop, start, terminate)
+- hosts: what users ask of a host (stop, start, terminate)
 - cloud: the worker side, talking to the cloud and recording what it said
 - reconcile: the loop that repairs lost and doubled work
 - leases: warnings before a lease ends, extensions, hosts whose lease ended
 - telemetry: GPU readings in (simulated cloud, host agents), kept per minute then per hour
 - idle: the idle stop, its warning and Keep running
-- recovery: spot interruption warnings, replacement hosts by the order's policy
-- pools, pool_checks, pool_schedules: pools (through the approval policy), their schedules
-- autoscaler, pool_plan: the beat pass that sizes every pool and launches or ends its hosts
+- spot_recovery: spot interruption warnings, replacement hosts by the order's policy
+- quotas: the quota admission check, its headroom, the longest lease, quota names checked
+- pools/: lifecycle (create, change, delete, held raises), checks (sizes, the launch order),
+  schedules (scheduled actions), plan (pure: what a pass launches and ends) and autoscaler
+  (the beat pass that sizes every pool)
 - queue: sending tasks once a transaction commits
 
-Reads live in instances/selectors.py; who may do what in portal/permissions.py.
+Reads live in instances/selectors/; who may do what in portal/permissions.py.
 """
 
 from __future__ import annotations
 
-from instances.services.actions import (
-    instance_request_action,
-    instance_request_start,
-    instance_request_stop,
-    instance_request_terminate,
-    instances_request_action,
-)
 from instances.services.approvals import (
     order_approve,
     order_cancel,
@@ -35,7 +30,6 @@ from instances.services.approvals import (
     order_require_decider,
     orders_expire,
 )
-from instances.services.autoscaler import AutoscaleReport, autoscale
 from instances.services.catalog import (
     SyncReport,
     image_save,
@@ -56,6 +50,13 @@ from instances.services.cloud import (
     instance_sync,
     launch_order_key,
     launch_request,
+)
+from instances.services.hosts import (
+    instance_request_action,
+    instance_request_start,
+    instance_request_stop,
+    instance_request_terminate,
+    instances_request_action,
 )
 from instances.services.idle import (
     IdleReport,
@@ -84,15 +85,9 @@ from instances.services.orders import (
     order_submit,
     order_validate,
 )
-from instances.services.pool_schedules import (
-    schedule_create,
-    schedule_delete,
-    schedule_next_runs,
-    schedule_update,
-    schedule_words,
-)
-from instances.services.pools import (
-    hosts_end,
+from instances.services.pools.autoscaler import AutoscaleReport, autoscale
+from instances.services.pools.lifecycle import (
+    instances_end,
     pool_capacity_refused,
     pool_create,
     pool_delete,
@@ -101,6 +96,13 @@ from instances.services.pools import (
     pool_update,
     pools_budget_stop,
     pools_retry_now,
+)
+from instances.services.pools.schedules import (
+    schedule_create,
+    schedule_delete,
+    schedule_next_runs,
+    schedule_update,
+    schedule_words,
 )
 from instances.services.queue import (
     enqueue,
@@ -111,8 +113,8 @@ from instances.services.reconcile import (
     ReconcileReport,
     reconcile,
 )
-from instances.services.recovery import (
-    host_interrupted,
+from instances.services.spot_recovery import (
+    instance_interrupted,
     replacement_start,
     spot_capacity_refused,
     spot_events_drain,
@@ -163,8 +165,6 @@ __all__ = [
     "autoscale",
     "enqueue",
     "failure_reason",
-    "host_interrupted",
-    "hosts_end",
     "idle_check",
     "image_save",
     "image_upsert",
@@ -174,6 +174,7 @@ __all__ = [
     "instance_create",
     "instance_extend_lease",
     "instance_fail",
+    "instance_interrupted",
     "instance_keep_running",
     "instance_note",
     "instance_provision",
@@ -189,6 +190,7 @@ __all__ = [
     "instance_type_save",
     "instance_type_sync",
     "instance_walk",
+    "instances_end",
     "instances_request_action",
     "launch_order_key",
     "launch_request",

@@ -15,7 +15,7 @@ from instances.models import (
     Pool,
 )
 from instances.services.orders import order_admit, order_instances_create, order_request_of
-from instances.services.pools import pool_order_decided
+from instances.services.pools.lifecycle import pool_order_decided
 from instances.services.transitions import (
     IllegalTransition,
     actor_of,

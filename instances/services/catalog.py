@@ -1,4 +1,6 @@
-"""The catalog: instance types and images synced from the cloud, and spot prices seen."""
+"""instances/services/catalog.py: the catalog's writers. Instance types and images synced from
+the cloud, spot prices seen, and what the catalog tells other apps when a list price changes
+(INSTANCE_PRICE_HOOKS)."""
 
 from __future__ import annotations
 
@@ -6,11 +8,13 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
+from functools import cache
 
+from django.conf import settings
 from django.db import transaction
+from django.utils.module_loading import import_string
 
-from instances.catalog import ListPrice, gpu_reference
-from instances.hooks import price_changed
+from instances.data import ListPrice, gpu_reference
 from instances.models import (
     Image,
     InstanceType,
@@ -20,6 +24,21 @@ from instances.providers.base import (
 )
 
 log = logging.getLogger(__name__)
+
+
+# What the catalog tells other apps goes through hooks named in settings (docs/design.md rule 9:
+# a later app is consulted through a list of dotted paths, never an upward import or a signal).
+@cache
+def _hook(path: str):
+    return import_string(path)
+
+
+def price_changed(instance_type: InstanceType) -> None:
+    """Run each INSTANCE_PRICE_HOOKS entry (``hook(instance_type=...)``) for a type whose list
+    price was just set (created, synced, edited in the admin), in the caller's transaction:
+    billing records the price in its history from that moment."""
+    for path in getattr(settings, "INSTANCE_PRICE_HOOKS", []):
+        _hook(path)(instance_type=instance_type)
 
 
 @dataclass

@@ -8,7 +8,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from instances.checkpoints import host_environment
+from instances.lib.checkpoints import host_environment
 from instances.models import (
     Instance,
 )
@@ -23,8 +23,8 @@ from instances.providers.base import (
     LaunchRequest,
     Provider,
 )
-from instances.selectors import instance_load
-from instances.services.recovery import host_interrupted
+from instances.selectors.hosts import instance_load
+from instances.services.spot_recovery import instance_interrupted
 from instances.services.telemetry import agent_credential_issue, agent_secret
 from instances.services.transitions import instance_note, instance_transition, instance_walk
 
@@ -160,7 +160,7 @@ def instance_apply_cloud(*, instance: Instance, host: CloudHost | None, actor: s
             if first:
                 # The owner hears at once, and the order's policy starts its replacement
                 # now if the warning did not.
-                host_interrupted(instance=instance)
+                instance_interrupted(instance=instance)
             return instance
         return instance_walk(instance, [S.TERMINATED], reason=why, actor=actor, at=at)
     if state == CloudState.SHUTTING_DOWN:

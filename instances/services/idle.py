@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from instances.models import GpuReading, Instance
 from instances.services.leases import in_words, instance_system_stop
-from instances.services.transitions import actor_of, host_topic, instance_note
+from instances.services.transitions import actor_of, instance_note, instance_topic
 from portal import permissions
 from portal.errors import Conflict, Forbidden
 from portal.models import IdlePolicy, User
@@ -186,7 +186,7 @@ def _warn(instance_id, policy: IdlePolicy, now: datetime) -> bool:
             link=link,
             action=("Keep running", reverse("host-keep-running", args=[instance.pk])),
             action_until=stop_at,
-            topic=host_topic(instance, "idle"),
+            topic=instance_topic(instance, "idle"),
         )
     return True
 
@@ -251,5 +251,5 @@ def instance_keep_running(
             f"({policy.snooze_hours} h), asked by {user.username}.",
             actor=actor_of(user),
         )
-        notices_close(topic=host_topic(row, "idle"), reason=f"Kept running by {user.username}.")
+        notices_close(topic=instance_topic(row, "idle"), reason=f"Kept running by {user.username}.")
     return row

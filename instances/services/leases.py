@@ -16,14 +16,14 @@ from instances.models import (
     Instance,
     LeaseNotice,
 )
-from instances.quotas import longest_lease
 from instances.services.orders import order_admit, order_estimate, order_request_of
 from instances.services.queue import enqueue
+from instances.services.quotas import longest_lease
 from instances.services.transitions import (
     IllegalTransition,
     actor_of,
-    host_topic,
     instance_note,
+    instance_topic,
     instance_transition,
 )
 from portal import permissions
@@ -134,7 +134,7 @@ def instance_extend_lease(*, instance: Instance, user: User, hours: int) -> Inst
             actor=actor_of(user),
         )
         notices_close(
-            topic=host_topic(row, "lease"),
+            topic=instance_topic(row, "lease"),
             reason=f"Lease extended by {user.username} to {_when(row.lease_expires_at)}.",
         )
     return row
@@ -205,7 +205,7 @@ def _warn(host: Instance, left: timedelta) -> None:
         f"when its {host.lease_hours_total} h lease ends. {extend}copy off any work you want "
         "to keep before then.",
         link=f"/hosts/{host.pk}/",
-        topic=host_topic(host, "lease"),
+        topic=instance_topic(host, "lease"),
     )
     instance_note(
         instance=host,
@@ -226,7 +226,7 @@ def _warn_pool_host(host: Instance, left: timedelta, name: str) -> None:
         f"replacement up to {lead} before and ends this host once the replacement runs; copy "
         "off any work you want to keep before then.",
         link=f"/hosts/{host.pk}/",
-        topic=host_topic(host, "lease"),
+        topic=instance_topic(host, "lease"),
     )
     instance_note(
         instance=host,

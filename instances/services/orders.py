@@ -16,7 +16,8 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from instances.checkpoints import checkpoint_uri_for
+from instances.lib.checkpoints import checkpoint_uri_for
+from instances.lib.sshkeys import validate_public_key
 from instances.metrics import order_counted
 from instances.models import (
     TASK_OF_STATUS,
@@ -31,7 +32,6 @@ from instances.models import (
 )
 from instances.services.queue import enqueue
 from instances.services.transitions import actor_of, order_decide_topic
-from instances.sshkeys import validate_public_key
 from portal import permissions
 from portal.errors import Conflict, Forbidden
 from portal.metrics import ORDERS

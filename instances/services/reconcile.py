@@ -24,7 +24,7 @@ from instances.providers.base import (
     Provider,
     ProviderTransientError,
 )
-from instances.selectors import instance_load
+from instances.selectors.hosts import instance_load
 from instances.services.cloud import (
     instance_apply_cloud,
     instance_fail,
@@ -32,7 +32,7 @@ from instances.services.cloud import (
     launch_order_key,
 )
 from instances.services.queue import enqueue
-from instances.services.transitions import audit_change, host_topic, instance_note
+from instances.services.transitions import audit_change, instance_note, instance_topic
 from portal.models import User
 from portal.services import notice_send
 
@@ -82,7 +82,7 @@ def _give_up(instance: Instance, *, limit: int, actor: str) -> None:
             subject=subject,
             body=body,
             link=f"/hosts/{instance.pk}/",
-            topic=host_topic(instance, "stuck"),
+            topic=instance_topic(instance, "stuck"),
         )
 
 

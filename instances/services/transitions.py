@@ -19,7 +19,7 @@ from instances.models import (
     Order,
     OrderEvent,
 )
-from instances.selectors import instance_load
+from instances.selectors.hosts import instance_load
 from portal.errors import Conflict
 from portal.models import User
 from portal.services import notices_close
@@ -56,7 +56,7 @@ def order_decide_topic(order: Order) -> str:
     return f"order:{order.pk}:decide"
 
 
-def host_topic(instance: Instance, kind: str) -> str:
+def instance_topic(instance: Instance, kind: str) -> str:
     """The topic of a host's notices of one ``kind`` (idle, lease, stuck): all of them close
     when the host stops or ends (HOST_NOTICES_CLOSE_AT)."""
     return f"host:{instance.pk}:{kind}"

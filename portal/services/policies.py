@@ -102,7 +102,7 @@ def idle_policy_set(*, project: Project, actor: User, **values) -> IdlePolicy:
     # Named by field, so that a page says each beside its input (the API lists them by field).
     problems = {}
     if not 1 <= policy.threshold_percent <= 100:
-        problems["threshold_percent"] = "The threshold is a GPU utilisation from 1 to 100 %."
+        problems["threshold_percent"] = "The threshold is a GPU utilization from 1 to 100 %."
     if not 2 <= policy.idle_minutes <= 7 * 24 * 60:
         problems["idle_minutes"] = "The idle time is 2 minutes to a week (10080 minutes)."
     elif not 1 <= policy.warning_minutes < policy.idle_minutes:

@@ -419,7 +419,7 @@ SPECTACULAR_SETTINGS = {
         "InstanceStatusEnum": "instances.models.Instance.Status",
         "MarketEnum": "instances.models.Market",
         "OrderStatusEnum": "instances.models.Order.Status",
-        "PoolStatusEnum": "instances.pools.Pool.Status",
+        "PoolStatusEnum": "instances.models.Pool.Status",
     },
 }
 

@@ -7,14 +7,14 @@ from portal.env import env_int, env_list, env_str
 from portal.settings.base import CELERY_BEAT_SCHEDULE
 from portal.settings.instances import (
     ORDER_ADMISSION_CHECKS,
-    ORDER_LIMITS,
+    ORDER_HEADROOM,
     PORTAL_DASHBOARD_PANELS,
 )
 
 # --- Billing ---------------------------------------------------------------------------------
 # The budget check runs after the quota check, under the same project lock.
 ORDER_ADMISSION_CHECKS.append("billing.budgets.budget_check")
-ORDER_LIMITS.append("billing.budgets.budget_headroom")
+ORDER_HEADROOM.append("billing.budgets.budget_headroom")
 # Each project's spend against its budget, on its dashboard card.
 PORTAL_DASHBOARD_PANELS.append("billing.panels.budget_panel")
 # Finance's home: spend by project, budgets at risk and the month's trend, above the cards.

@@ -27,7 +27,7 @@ PORTAL_REGION = env_str(
 PORTAL_PRICE_FILE = Path(
     env_str(
         "PORTAL_PRICE_FILE",
-        str(BASE_DIR / "instances" / "catalog" / "prices.json"),
+        str(BASE_DIR / "instances" / "data" / "prices.json"),
         help="The JSON file sync_catalog reads list prices from (prices come only from it, "
         "with its source and date); edit it and run sync_catalog to change a price.",
     )
@@ -37,7 +37,7 @@ PORTAL_PRICE_FILE = Path(
 PORTAL_IMAGE_FILE = Path(
     env_str(
         "PORTAL_IMAGE_FILE",
-        str(BASE_DIR / "instances" / "catalog" / "images.json"),
+        str(BASE_DIR / "instances" / "data" / "images.json"),
         help="The JSON file sync_catalog reads TensorFlow images and their ids per region "
         "from. The shipped file's ids exist only in the simulated cloud: on EC2 point this at "
         "a file of your own AMIs, or set ids in the admin.",
@@ -222,22 +222,22 @@ PORTAL_ORDER_MAX_COUNT = env_int(
 )
 # Checks order_submit runs under the project lock, in order (quota, budget, ...); each is a
 # callable(order_request) that raises to refuse.
-ORDER_ADMISSION_CHECKS: list[str] = ["instances.quotas.quota_check"]
+ORDER_ADMISSION_CHECKS: list[str] = ["instances.services.quotas.quota_check"]
 # What an order page and the approval inbox show before an order is placed or approved: the
-# headroom of each limit, callable(order_request) -> list[instances.limits.Headroom].
-ORDER_LIMITS: list[str] = ["instances.quotas.quota_headroom"]
+# headroom of each limit, callable(order_request) -> list[instances.selectors.headroom.Headroom].
+ORDER_HEADROOM: list[str] = ["instances.services.quotas.quota_headroom"]
 # Quotas are defined in portal and counted in instances: callable(keys) -> {key: Usage} for many
 # (project id, member id or None) keys at once; and callable(values) -> (values, problems)
 # checks of the names a quota's limits use, run before a quota is saved.
-PORTAL_QUOTA_USAGE = "instances.quotas.usage_of"
-PORTAL_QUOTA_VALIDATORS: list[str] = ["instances.quotas.quota_catalog_problems"]
+PORTAL_QUOTA_USAGE = "instances.selectors.quotas.live_usage"
+PORTAL_QUOTA_VALIDATORS: list[str] = ["instances.services.quotas.quota_catalog_problems"]
 # Run when a project's limits change (its quota set or removed, its budget set or removed), in
 # the changing transaction: callable(project=...). The pools held by a refusal retry at once.
 PORTAL_LIMITS_MOVED: list[str] = ["instances.services.pools_retry_now"]
 # The names the Quotas page offers in its rows: callable() -> portal.quota_rows.QuotaChoices.
-PORTAL_QUOTA_CHOICES = "instances.quotas.quota_choices"
+PORTAL_QUOTA_CHOICES = "instances.selectors.quotas.quota_choices"
 # The badge on the Approvals link: callable(user) -> how many held orders the user may decide.
-PORTAL_APPROVALS_WAITING = "instances.selectors.orders_to_decide_count"
+PORTAL_APPROVALS_WAITING = "instances.selectors.orders.orders_to_decide_count"
 # The dashboard's panels, in order: callable(user, projects) -> portal.panels.Panel.
 PORTAL_DASHBOARD_PANELS: list[str] = [
     "instances.panels.operations_panel",
@@ -312,10 +312,10 @@ PORTAL_DEPLOYMENT = env_str(
     "only hosts carrying its own value, so staging and production may share an account.",
 )
 
-# Spot recovery (instances.services.recovery). The SQS queue an EventBridge rule feeds with EC2's
-# "Spot Instance Interruption Warning" and "Instance Rebalance Recommendation" events (empty: the
-# portal reads the simulated cloud's warnings directly, and reconcile catches interruptions), the
-# endpoint to reach it at (moto, LocalStack), and how often beat drains it.
+# Spot recovery (instances.services.spot_recovery). The SQS queue an EventBridge rule feeds with
+# EC2's "Spot Instance Interruption Warning" and "Instance Rebalance Recommendation" events (empty:
+# the portal reads the simulated cloud's warnings directly, and reconcile catches interruptions),
+# the endpoint to reach it at (moto, LocalStack), and how often beat drains it.
 PORTAL_SPOT_EVENTS_QUEUE_URL = env_str(
     "PORTAL_SPOT_EVENTS_QUEUE_URL",
     help="The SQS queue an EventBridge rule feeds with EC2's spot interruption warnings and "
@@ -342,7 +342,7 @@ PORTAL_SPOT_MAX_REPLACEMENTS = env_int(
     3,
     help="The most replacement hosts one order launches (relaunch_spot, fallback_on_demand).",
 )
-# Pools (instances/services/pools.py, autoscaler.py): the largest max_size, the autoscaler's
+# Pools (instances/services/pools/): the largest max_size, the autoscaler's
 # beat period, the backoff of a refused scale-out (doubling from the first figure up to the
 # second), how long a market and type without capacity is left alone, how long before its lease
 # ends a pool host's replacement launches, and how long the per-pass samples behind the pool

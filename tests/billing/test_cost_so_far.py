@@ -1,8 +1,9 @@
 """A host's cost so far (its page, My hosts, the instances API) is what metering bills for it.
 
-The live figure comes from instances.usage, which asks billing through PORTAL_INSTANCE_COST:
-the same rules table and price histories as metering, so for every case the tests drive the
-live figure at a moment equals the metered rows at that moment, to the micro-dollar.
+The live figure comes from instances.selectors.costs, which asks billing through
+PORTAL_INSTANCE_COST: the same rules table and price histories as metering, so for every case
+the tests drive the live figure at a moment equals the metered rows at that moment, to the
+micro-dollar.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from billing.models import Usage
 from billing.money import dollars
 from billing.rules import Ended
 from instances.models import Instance, InstanceType
+from instances.selectors.costs import cost_so_far, costs_so_far
 from instances.services import instance_type_record_spot_price
-from instances.usage import cost_so_far, costs_so_far
 from tests.billing.test_metering import SCRIPTS
 from tests.billing.test_rules import CASES
 from tests.billing.timeline import _move

@@ -23,7 +23,7 @@ from django.core.management import call_command
 from django.db.models import Count
 
 from instances import services, tasks
-from instances.catalog import image_rows
+from instances.data import image_rows
 from instances.models import Instance, InstanceEvent, SimulatedHost
 from instances.providers import simulated
 from instances.providers.base import (

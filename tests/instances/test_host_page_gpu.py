@@ -69,7 +69,7 @@ def test_the_chart_of_a_new_host_says_since_when_not_last_24_h(clock, client, ru
     page = client.get(f"/hosts/{host.pk}/").content.decode()
     title = re.search(r'data-testid="gpu-card">\s*<h2>(.*?)</h2>', page, re.S).group(1)
     assert "last 24 h" not in title
-    assert title.startswith("GPU utilisation and memory, since ")
+    assert title.startswith("GPU utilization and memory, since ")
     assert "(9\xa0minutes)" in title
 
 
@@ -80,7 +80,7 @@ def test_the_chart_of_a_host_with_a_days_readings_says_last_24_h(
     readings(host, minutes=24 * 60)
     client.force_login(alice)
     page = client.get(f"/hosts/{host.pk}/").content.decode()
-    assert "<h2>GPU utilisation and memory, last 24 h</h2>" in page
+    assert "<h2>GPU utilization and memory, last 24 h</h2>" in page
 
 
 def test_the_chart_sits_above_the_timeline_and_survives_the_panels_polls(

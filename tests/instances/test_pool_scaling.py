@@ -1,5 +1,5 @@
 """What moves a pool's desired count: scheduled actions at fixed instants (across a daylight
-saving change) and target tracking on simulated GPU utilisation."""
+saving change) and target tracking on simulated GPU utilization."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.core.exceptions import ValidationError
 
-from instances import cron, services
+from instances import services
+from instances.lib import cron
 from instances.models import Instance, PoolEvent
 from tests.instances.pool_helpers import alive, provision_all, readings, settle_terminations
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ValidationError
 
-from instances import cron, services
+from instances import services
+from instances.lib import cron
 from instances.models import PoolSchedule
 
 

@@ -10,7 +10,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from instances import cron, services
+from instances import services
+from instances.lib import cron
 from instances.models import PoolSchedule
 from portal.errors import Conflict
 

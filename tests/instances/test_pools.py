@@ -14,7 +14,7 @@ from django.utils.html import escape
 from billing.budgets import budget_set
 from instances import services
 from instances.models import Instance, InstanceType, Order, Pool, PoolEvent
-from instances.services.pool_plan import Host, mix, plan
+from instances.services.pools.plan import Host, mix, plan
 from portal.errors import Conflict, Forbidden
 from portal.models import ApprovalPolicy, Notice, Quota
 from portal.services import quota_delete, quota_set
@@ -28,7 +28,7 @@ OD, SPOT = "on_demand", "spot"
 
 
 def hosts(*specs) -> list[Host]:
-    """('on_demand', 'running', 40) -> a Host; utilisation optional."""
+    """('on_demand', 'running', 40) -> a Host; utilization optional."""
     made = []
     for number, spec in enumerate(specs):
         market, status, *util = spec

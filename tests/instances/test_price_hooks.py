@@ -8,9 +8,9 @@ from decimal import Decimal
 
 import pytest
 
-from instances.hooks import price_changed
 from instances.models import InstanceType
 from instances.services import instance_type_save, instance_type_sync
+from instances.services.catalog import price_changed
 
 HEARD: list[tuple[str, Decimal]] = []
 
@@ -57,7 +57,7 @@ def test_a_type_created_in_the_admin_runs_the_hooks(catalog, heard):
 
 
 def test_a_sync_runs_the_hooks_for_new_types_and_new_prices_only(catalog, heard):
-    from instances.catalog import ListPrice
+    from instances.data import ListPrice
     from instances.providers import get_provider
 
     kind = catalog["g5.xlarge"]

@@ -15,7 +15,7 @@ import pytest
 from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ClientError
 
-from instances.catalog import image_rows
+from instances.data import image_rows
 from instances.providers.base import (
     TAG_INSTANCE,
     TAG_OWNER,

@@ -9,7 +9,7 @@ import re
 import pytest
 from django.test import Client
 
-from instances.quotas import holders_of
+from instances.selectors.quotas import holders_of
 from portal.services import quota_set
 
 pytestmark = pytest.mark.django_db

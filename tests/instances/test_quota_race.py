@@ -8,7 +8,8 @@ import pytest
 from django.db import close_old_connections, connection
 
 from instances.models import Image, Instance, Order
-from instances.quotas import QuotaExceeded, usage
+from instances.selectors.quotas import usage
+from instances.services.quotas import QuotaExceeded
 from portal.services import quota_set
 from tests.conftest import ED25519
 

@@ -12,7 +12,8 @@ from django.utils import timezone
 
 from instances import services
 from instances.models import Instance, Order
-from instances.quotas import QuotaExceeded, usage
+from instances.selectors.quotas import usage
+from instances.services.quotas import QuotaExceeded
 from portal.errors import Forbidden
 from portal.models import QuotaChange
 from portal.services import quota_set

@@ -381,7 +381,7 @@ def test_a_stop_nobody_carries_out_is_handed_to_the_admins_once(
     settings.PORTAL_RECONCILE_MAX_RETRIES = 2
     instance = running_host()
     sent: list[tuple] = []
-    for module in (reconcile_module, services.actions):
+    for module in (reconcile_module, services.hosts):
         monkeypatch.setattr(module, "enqueue", lambda task, *args: sent.append((task, *args)))
     services.instance_request_stop(instance=instance, user=alice)  # and the stop task is lost
     for _ in range(2):

@@ -7,7 +7,7 @@ import ipaddress
 
 import pytest
 
-from instances.catalog import image_rows
+from instances.data import image_rows
 from instances.models import SimulatedHost
 from instances.providers.faults import unit_hash
 from instances.providers.simulated import SimulatedProvider

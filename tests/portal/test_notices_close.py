@@ -13,7 +13,7 @@ from instances import services
 from instances.models import Instance
 from instances.providers.gpu_profile import profile_of
 from instances.providers.simulated import SimulatedProvider
-from instances.services.transitions import host_topic, instance_transition
+from instances.services.transitions import instance_topic, instance_transition
 from portal.models import ApprovalPolicy, IdlePolicy, Notice
 from portal.services import notice_send
 
@@ -85,7 +85,9 @@ def test_keep_running_closes_the_idle_warning_and_its_body_names_no_api_path(
 
 def test_a_host_that_ends_closes_its_lease_and_idle_notices(running_host, alice):
     host = running_host()
-    lease = notice_send(user=alice, subject="Lease ends in 1 h", topic=host_topic(host, "lease"))
+    lease = notice_send(
+        user=alice, subject="Lease ends in 1 h", topic=instance_topic(host, "lease")
+    )
     other = notice_send(user=alice, subject="Something else")
     services.instance_request_terminate(instance=host, user=alice)
     # The cloud reports it gone (the sync's move, made here without waiting for a worker).

@@ -134,7 +134,7 @@ def test_the_idle_stop_says_a_bad_value_at_its_field_and_keeps_what_was_typed(
     )
     html = fixed.content.decode()
     assert fixed.status_code == 400
-    assert "The threshold is a GPU utilisation from 1 to 100 %." in html
+    assert "The threshold is a GPU utilization from 1 to 100 %." in html
     assert 'id="id_threshold_percent-error"' in html and 'id="id_warning_minutes-error"' in html
     ok = client.post(
         "/projects/vision-lab/idle-policy/",

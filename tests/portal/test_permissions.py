@@ -12,7 +12,7 @@ import pytest
 from django.contrib.auth.models import AnonymousUser
 
 from instances.models import Order
-from instances.selectors import orders_to_decide
+from instances.selectors.orders import orders_to_decide
 from portal import permissions
 from portal.models import Membership, Project, User
 from portal.services import membership_set, project_upsert, user_upsert

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from audit.services import audit_record_system
-from instances.catalog import image_rows, list_prices
+from instances.data import image_rows, list_prices
 from instances.providers import get_provider
 from instances.providers.base import ProviderError
 from instances.services import image_upsert, instance_type_sync

@@ -1,4 +1,4 @@
-// A host page's GPU chart: up to the last 24 h of utilisation (%) and memory in use (GiB, on an
+// A host page's GPU chart: up to the last 24 h of utilization (%) and memory in use (GiB, on an
 // axis up to the host's total), from GET /api/v1/instances/{id}/metrics/, redrawn every minute
 // (Chart.js; no inline script: CSP). The panel around it is polled; hx-preserve keeps the chart.
 (function () {
@@ -38,7 +38,7 @@
           data: {
             labels: series.labels.map(label),
             datasets: [
-              { label: "GPU utilisation (%)", data: series.utilization, borderColor: "#5b4bd8",
+              { label: "GPU utilization (%)", data: series.utilization, borderColor: "#5b4bd8",
                 backgroundColor: "rgba(91,75,216,.12)", fill: true, pointRadius: 0, tension: 0.2, yAxisID: "y" },
               { label: total ? `GPU memory (GiB of ${total})` : "GPU memory (GiB)", data: series.memory, borderColor: "#19b784",
                 pointRadius: 0, tension: 0.2, yAxisID: "memory" },

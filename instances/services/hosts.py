@@ -1,0 +1,99 @@
+"""instances/services/hosts.py: what users ask of a host: stop, start, terminate (the cloud call
+is a task)."""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import transaction
+
+from instances.models import (
+    ACTIONS,
+    Instance,
+)
+from instances.services.queue import enqueue
+from instances.services.transitions import IllegalTransition, actor_of, instance_transition
+from portal import permissions
+from portal.errors import Conflict, Forbidden
+from portal.models import User
+
+log = logging.getLogger(__name__)
+
+
+def instance_request_action(
+    *, instance: Instance, user: User, action: str, managed: set[int] | None = None
+) -> Instance:
+    """Ask for a stop, start or terminate (Instance's ACTIONS table says from which statuses,
+    to which status and by which task); the cloud call is a task sent once this commits. A
+    repeat of a request already made is a no-op. ``managed``: the user's managed projects, when
+    the caller asks many hosts (read once, not once per host)."""
+    step = ACTIONS[action]
+    # Who may act is answered before what the host allows: someone who may not touch the host
+    # hears 403, never a 409 that describes a host that is not theirs to change.
+    if not permissions.can_act_on_host(user, instance, managed):
+        raise Forbidden(f"You can see this host but not {action} it; ask its owner.")
+    if instance.market not in step.markets:
+        raise Conflict(
+            "Spot hosts cannot be stopped, only terminated (the cloud would not give the "
+            "capacity back).",
+            code="spot_cannot_stop",
+        )
+    with transaction.atomic():
+        row = Instance.objects.select_for_update().get(pk=instance.pk)
+        if row.status == step.to:
+            return row
+        if row.status not in step.allowed_from:
+            allowed = ", ".join(sorted(Instance.Status(s).label.lower() for s in step.allowed_from))
+            raise IllegalTransition(
+                f"This host is {row.get_status_display().lower()}; only {allowed} hosts can be "
+                f"{step.done}."
+            )
+        row, _ = instance_transition(
+            instance=row,
+            to=step.to,
+            reason=f"{action} requested by {user.username}",
+            actor=actor_of(user),
+        )
+        enqueue(step.task, str(row.pk))
+    return row
+
+
+def instance_request_stop(*, instance: Instance, user: User) -> Instance:
+    return instance_request_action(instance=instance, user=user, action="stop")
+
+
+def instance_request_start(*, instance: Instance, user: User) -> Instance:
+    return instance_request_action(instance=instance, user=user, action="start")
+
+
+def instance_request_terminate(*, instance: Instance, user: User) -> Instance:
+    return instance_request_action(instance=instance, user=user, action="terminate")
+
+
+def instances_request_action(
+    *, instances: list[Instance], user: User, action: str
+) -> tuple[list[Instance], list[tuple[Instance, Conflict]]]:
+    """Ask one action of many hosts at once (My hosts' bulk stop and terminate): one request
+    per host, each in its own transaction, as if asked one by one.
+
+    Who may act is answered first and for all of them: one host that is not the user's to
+    change refuses the whole batch (403), so nothing half happens for a reason the user cannot
+    fix. A host whose state refuses (already terminated, a spot host asked to stop) is reported
+    with its sentence and the others go ahead. Returns (hosts asked, [(host, the refusal)])."""
+    if action not in ACTIONS:
+        raise Conflict(f"{action!r} is not something a host can be asked.", code="bad_action")
+    managed = permissions.managed_project_ids(user)
+    refused = [host for host in instances if not permissions.can_act_on_host(user, host, managed)]
+    if refused:
+        raise Forbidden(
+            f"You can see {len(refused)} of these hosts but not {action} them; ask their owner."
+        )
+    done, failed = [], []
+    for host in instances:
+        try:
+            done.append(
+                instance_request_action(instance=host, user=user, action=action, managed=managed)
+            )
+        except Conflict as error:  # IllegalTransition is one too
+            failed.append((host, error))
+    return done, failed

@@ -1,0 +1,323 @@
+"""instances/views/hosts.py: pages of hosts. My hosts (grouped by order, with a running total
+and bulk actions), a host's page, and the actions asked from them (stop, start, terminate,
+extend, keep running)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from decimal import Decimal
+
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.db.models import Q
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_POST
+
+from instances import services
+from instances.forms import ExtendForm
+from instances.lib.checkpoints import backup_dir
+from instances.models import ACTIONS, Instance, Order
+from instances.selectors.costs import cost_notes, costs_so_far, rate_now, running_seconds
+from instances.selectors.hosts import instances_named
+from instances.selectors.orders import held_orders
+from instances.selectors.telemetry import gpu_first_reading_at, latest_gpu_readings
+from instances.services.idle import idle_since
+from instances.services.leases import in_words
+from portal import permissions
+from portal.models import IdlePolicy
+from portal.pages import forbidden, service_errors
+
+
+def _scope(request: HttpRequest) -> str:
+    """Mine or every host the viewer sees; someone who cannot own hosts (finance) always sees
+    every host they may read, never an empty "Mine"."""
+    if not permissions.can_order(request.user):
+        return "projects"
+    return "projects" if request.GET.get("scope") == "projects" else "mine"
+
+
+def _hosts_queryset(request: HttpRequest):
+    rows = (
+        Instance.objects.for_user(request.user)
+        .with_detail()
+        .select_related("pool")
+        .with_events()
+        .distinct()
+    )
+    scope = _scope(request)
+    if scope == "mine":
+        rows = rows.filter(owner=request.user)
+    if request.GET.get("ended") != "1":
+        recent = timezone.now() - timedelta(minutes=30)
+        rows = rows.filter(Q(status__in=Instance.LIVE) | Q(status_changed_at__gte=recent))
+    return rows.order_by("-created_at")
+
+
+def _new_order(request: HttpRequest) -> uuid.UUID | None:
+    """The order just placed (?new=<id>): its hosts are highlighted, the others still shown."""
+    try:
+        return uuid.UUID(request.GET.get("new", ""))
+    except ValueError:
+        return None
+
+
+def _host_rows(request: HttpRequest) -> dict:
+    """The hosts, grouped by the order that launched them or the pool that keeps them (newest
+    first), with what each
+    has cost and, for the running ones, what they cost per hour now."""
+    now = timezone.now()
+    managed = permissions.managed_project_ids(request.user)
+    rows = list(_hosts_queryset(request)[:200])
+    costs = costs_so_far(rows, now=now)  # the whole page at once, as metering bills it
+    notes = cost_notes(rows, now=now)
+    readings = latest_gpu_readings([instance.pk for instance in rows], now=now)
+    new = _new_order(request)
+    groups: dict[uuid.UUID, dict] = {}
+    for instance in rows:
+        events = list(instance.events.all())
+        running = instance.status == Instance.Status.RUNNING
+        host = {
+            "i": instance,
+            "gpu": readings.get(instance.pk),
+            "running_seconds": running_seconds(events, now),
+            "cost": costs[instance.pk],
+            "cost_note": notes[instance.pk],
+            "rate": rate_now(instance) if running else None,
+            "ssh": instance.ssh_command,
+            "can_act": permissions.can_act_on_host(request.user, instance, managed),
+            "takeback": services.spot_takeback(instance),
+        }
+        # A pool's hosts hang on the order the pool keeps for them: they are listed under
+        # the pool, which launched them and replaces them, not as an order someone placed.
+        group = groups.setdefault(
+            instance.pool_id or instance.order_id,
+            {
+                "order": instance.order,
+                "pool": instance.pool,
+                "hosts": [],
+                "running": 0,
+                "rate": Decimal(0),
+            },
+        )
+        group["hosts"].append(host)
+        group["new"] = instance.order_id == new
+        if running:
+            group["running"] += 1
+            group["rate"] += host["rate"]
+    hosts = [host for group in groups.values() for host in group["hosts"]]
+    return {
+        "groups": list(groups.values()),
+        "hosts": hosts,
+        "live": sum(host["i"].is_live for host in hosts),
+        "running": sum(group["running"] for group in groups.values()),
+        "rate": sum((group["rate"] for group in groups.values()), Decimal(0)),
+        "selectable": any(host["can_act"] and host["i"].actions_now for host in hosts),
+        "moving": any(
+            h["i"].status in Instance.MOVING or h["i"].status == "requested" for h in hosts
+        ),
+        "query": request.GET.urlencode(),
+        "now": now,
+    }
+
+
+def hosts_page(request: HttpRequest) -> HttpResponse:
+    """My hosts: live status, running time, cost so far, connect, stop/start/terminate."""
+    scope = _scope(request)
+    context = {
+        **_host_rows(request),
+        "held": held_orders(request.user, mine=scope == "mine"),
+        "scope": scope,
+        "ended": request.GET.get("ended") == "1",
+        "new_order": _new_order(request),
+        "bulk_actions": [ACTIONS["stop"], ACTIONS["terminate"]],
+    }
+    return render(request, "instances/hosts.html", context)
+
+
+def hosts_rows_partial(request: HttpRequest) -> HttpResponse:
+    return render(request, "instances/_host_rows.html", _host_rows(request))
+
+
+def _visible_instance(request: HttpRequest, pk) -> Instance:
+    return get_object_or_404(
+        Instance.objects.for_user(request.user).with_detail().with_events().distinct(),
+        pk=pk,
+    )
+
+
+# The host page's chart asks the metrics API for its default window, a day.
+GPU_CHART_HOURS = 24
+
+
+def _host_context(request: HttpRequest, instance: Instance) -> dict:
+    now = timezone.now()
+    events = list(instance.events.all())
+    policy = IdlePolicy.objects.filter(project_id=instance.project_id, enabled=True).first()
+    gpu = latest_gpu_readings([instance.pk], now=now).get(instance.pk)
+    window = now - timedelta(hours=GPU_CHART_HOURS)
+    first = gpu_first_reading_at(instance, since=window)
+    return {
+        "i": instance,
+        "events": list(reversed(events)),
+        "running_seconds": running_seconds(events, now),
+        "cost": costs_so_far([instance], now=now)[instance.pk],
+        "cost_note": cost_notes([instance], now=now)[instance.pk],
+        # The price it runs at now, as My hosts' row says it (rate_now: the latest spot price
+        # for spot), not the price quoted when it was ordered.
+        "rate": rate_now(instance) if instance.status == Instance.Status.RUNNING else None,
+        "ssh": instance.ssh_command,
+        "can_act": permissions.can_act_on_host(request.user, instance),
+        "can_keep_running": permissions.can_keep_running(request.user, instance),
+        "now": now,
+        "moving": instance.status in Instance.MOVING or instance.status == "requested",
+        "extendable": instance.status in Instance.LEASED and instance.lease_expires_at,
+        "gpu": gpu,
+        # GiB, as the memory is sold; to the nearest one (a reading's precision is a MiB).
+        "gpu_memory_used_gib": round(gpu["memory_used_mib"] / 1024) if gpu else None,
+        # The chart shows the day only once it holds a day: before, it says since when.
+        "gpu_since": first if first and first > window + timedelta(hours=1) else None,
+        "gpu_has_readings": first is not None,
+        "gpu_chart_hours": GPU_CHART_HOURS,
+        "idle_policy": policy,
+        "idle_for": (
+            in_words(now - idle_since(instance, policy))
+            if policy and instance.idle_stop_at
+            else None
+        ),
+        "replaced_by": instance.replaced_by,
+        "takeback": services.spot_takeback(instance),
+        "checkpoint_dir": backup_dir(instance.order.checkpoint_uri),
+    }
+
+
+def host_page(request: HttpRequest, pk) -> HttpResponse:
+    instance = _visible_instance(request, pk)
+    return render(request, "instances/host.html", _host_context(request, instance))
+
+
+def host_panel_partial(request: HttpRequest, pk) -> HttpResponse:
+    instance = _visible_instance(request, pk)
+    return render(request, "instances/_host_panel.html", _host_context(request, instance))
+
+
+def _host_back(request: HttpRequest, *, pk, verb: str = "") -> str:
+    """Where a host action's page goes next: the page it came from, if it is ours."""
+    back = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
+        back = reverse("host", args=[pk])
+    return back
+
+
+@require_POST
+@service_errors(back=_host_back)
+def host_keep_running(request: HttpRequest, pk) -> HttpResponse:
+    """Keep running: hold off the idle stop (the answer to its warning)."""
+    instance = _visible_instance(request, pk)
+    row = services.instance_keep_running(instance=instance, user=request.user)
+    if request.headers.get("HX-Target", "") == "host-panel":
+        return host_panel_partial(request, pk)
+    messages.success(
+        request,
+        f"{instance.instance_type} keeps running: no idle stop before "
+        f"{row.idle_snoozed_until:%b %-d, %H:%M} UTC.",
+    )
+    return redirect(_host_back(request, pk=pk))
+
+
+@require_POST
+@service_errors(back=_host_back)
+def host_action(request: HttpRequest, pk, verb: str) -> HttpResponse:
+    """Stop, start or terminate from a page; htmx gets the refreshed fragment back."""
+    instance = _visible_instance(request, pk)
+    if verb not in ACTIONS:
+        raise Http404
+    services.instance_request_action(instance=instance, user=request.user, action=verb)
+    target = request.headers.get("HX-Target", "")
+    if target == "host-panel":
+        return host_panel_partial(request, pk)
+    if target == "host-rows":
+        return hosts_rows_partial(request)
+    if not target:
+        messages.success(request, f"{verb.capitalize()} requested for {instance.instance_type}.")
+    return redirect(_host_back(request, pk=pk))
+
+
+@require_POST
+@service_errors(back=_host_back)
+def host_extend(request: HttpRequest, pk) -> HttpResponse:
+    """Extend a host's lease by some hours (the lease limit and the budget may refuse)."""
+    instance = _visible_instance(request, pk)
+    form = ExtendForm(request.POST)
+    if not form.is_valid():
+        # Who may act is answered before what was sent (as the API does).
+        if not permissions.can_act_on_host(request.user, instance):
+            return forbidden(request, "You can see this host but not extend its lease.")
+        raise ValidationError("Say by how many hours, a whole number of at least 1.")
+    row = services.instance_extend_lease(
+        instance=instance, user=request.user, hours=form.cleaned_data["hours"]
+    )
+    if request.headers.get("HX-Target", "") == "host-panel":
+        return host_panel_partial(request, pk)
+    messages.success(
+        request,
+        f"Lease extended by {form.cleaned_data['hours']} h: it now ends "
+        f"{row.lease_expires_at:%b} {row.lease_expires_at.day}, "
+        f"{row.lease_expires_at:%H:%M} UTC.",
+    )
+    return redirect(_host_back(request, pk=pk))
+
+
+@require_POST
+@service_errors(back="hosts")
+def held_order_cancel(request: HttpRequest, pk) -> HttpResponse:
+    """Cancel an order that waits for approval (its requester, a manager, an admin)."""
+    order = get_object_or_404(Order.objects.for_user(request.user).distinct(), pk=pk)
+    services.order_cancel(order=order, user=request.user, reason=request.POST.get("reason", ""))
+    messages.success(
+        request,
+        f"Cancelled the order for {order.count}× {order.instance_type.name} in "
+        f"{order.project.slug}; nothing was launched.",
+    )
+    back = request.POST.get("next", "")
+    if url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
+        return redirect(back)
+    return redirect("hosts")
+
+
+@require_POST
+@service_errors(back="hosts")
+def hosts_bulk(request: HttpRequest) -> HttpResponse:
+    """Stop or terminate the hosts ticked on My hosts, after one confirmation: one service
+    call per host; the hosts whose state refuses are named in a message, the others go ahead."""
+    action = ACTIONS.get(request.POST.get("action", ""))
+    if action is None:
+        raise Http404
+    back = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
+        back = reverse("hosts")
+    try:
+        ids = {uuid.UUID(value) for value in request.POST.getlist("host")}
+    except ValueError:
+        raise ValidationError(
+            "Those are not hosts of this portal: tick hosts from the list."
+        ) from None
+    if not ids:
+        raise ValidationError(f"Tick the hosts to {action.name} first.")
+    hosts = instances_named(request.user, ids)
+    if hosts is None:
+        raise Http404  # a host this person may not see is not named, even as missing
+    done, refused = services.instances_request_action(
+        instances=hosts, user=request.user, action=action.name
+    )
+    if done:
+        names = ", ".join(host.name for host in done)
+        many = "1 host" if len(done) == 1 else f"{len(done)} hosts"
+        messages.success(request, f"{action.label} requested for {many}: {names}.")
+    for host, why in refused:
+        messages.error(request, f"{host.name} ({host.instance_type.name}): {why.message}")
+    return redirect(back)

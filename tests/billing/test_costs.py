@@ -230,6 +230,21 @@ def test_filters_narrow_the_report(api_as, fin, month, bob):
     assert a10g["total"]["cost"] == "15.07"
 
 
+def test_one_report_never_narrows_the_next(api_as, fin, carol, month):
+    """Every report starts from one aggregate built once per grouping: a researcher's rows, a
+    filter or a later start must stay with the report that asked for them."""
+    url = f"/api/v1/costs/?{query(month)}"
+    assert api_as(carol).get(url).json()["total"]["cost"] == "2.01"
+    assert api_as(fin).get(f"{url}&market=spot").json()["total"]["cost"] == "3.00"
+    assert api_as(fin).get(f"{url}&project=nlp-lab").json()["total"]["cost"] == "2.01"
+    later = api_as(fin).get(f"/api/v1/costs/?{query(month, start=month['end'])}").json()
+    assert later["total"]["cost"] == "0.00"
+    everything = api_as(fin).get(url).json()
+    assert everything["total"]["cost"] == "15.07"
+    assert [g["key"] for g in everything["groups"]] == ["vision-lab", "nlp-lab"]
+    assert api_as(carol).get(url).json()["total"]["cost"] == "2.01"
+
+
 def test_anonymous_callers_get_401(client, db):
     assert client.get("/api/v1/costs/").status_code == 401
 

@@ -12,18 +12,12 @@ seed gives the same readings. ``simulated_cloud profile HOST busy|idle|B:I`` set
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from instances.providers.base import GpuSample
 from instances.providers.faults import unit_hash
 
-
-@dataclass(frozen=True)
-class GpuSample:
-    """One minute of a host's GPUs: mean utilisation (percent) and memory in use (MiB)."""
-
-    utilization: int
-    memory_used_mib: int
+__all__ = ["GpuSample", "gpu_sample", "is_busy", "profile_of"]
 
 
 def profile_of(spec: str, *, now: datetime) -> dict:

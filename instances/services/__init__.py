@@ -120,6 +120,7 @@ from instances.services.recovery import (
     spot_warning_receive,
 )
 from instances.services.telemetry import (
+    GpuShape,
     IngestReport,
     Reading,
     agent_authenticate,
@@ -145,6 +146,7 @@ __all__ = [
     "REENQUEUED",
     "AutoscaleReport",
     "Estimate",
+    "GpuShape",
     "IdleReport",
     "IllegalTransition",
     "IngestReport",

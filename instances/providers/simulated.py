@@ -445,8 +445,8 @@ class SimulatedProvider(SpotMarket, Provider):
         return self._host(SimulatedHost.objects.get(pk=row.pk))
 
     def gpu_readings(self, minute: datetime) -> dict[str, GpuSample]:
-        """Every running host's reading for the minute, from its profile: one query however
-        many hosts (the telemetry pass reads 10,000 at once)."""
+        """Every running host's reading for the minute, each GPU's too, from its profile: one
+        query however many hosts (the telemetry pass reads 10,000 at once)."""
         shapes = {row["name"]: row for row in self._rows()}
         readings = {}
         rows = SimulatedHost.objects.filter(state=SimulatedHost.State.RUNNING).values_list(

@@ -1,6 +1,7 @@
 """Each GPU's own reading: an agent sends it beside the host's totals, the portal holds it to
 the host's type and to the totals (400 with a code and a sentence, nothing stored), keeps it
-on the minute's row, folds it into the hour and serves it as one column per GPU."""
+on the minute's row, folds it into the hour, serves it as one column per GPU, and the
+simulated cloud reports it for every GPU of a host."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 from instances import services
 from instances.models import GpuHourlyReading, GpuReading
+from instances.providers.gpu_profile import gpu_sample, profile_of
 
 pytestmark = pytest.mark.django_db
 MINUTE = timedelta(minutes=1)
@@ -285,3 +287,33 @@ def test_an_hour_without_any_gpu_values_keeps_none(clock, settings, eight_gpu_ho
     clock.shift(timedelta(hours=4))
     assert services.telemetry_compact() == 1
     assert GpuHourlyReading.objects.get().gpus == []
+
+
+def test_the_simulated_cloud_reports_every_gpu_of_a_host(clock, eight_gpu_host):
+    clock.shift(MINUTE)
+    assert services.telemetry_collect().stored == 1
+    row = GpuReading.objects.get(instance=eight_gpu_host)
+    assert [g[0] for g in row.gpus] == list(range(8))
+    assert {g[3] for g in row.gpus} == {A100_MIB}
+    # The totals are the GPUs' own, as an agent's are.
+    assert row.memory_used_mib == sum(g[2] for g in row.gpus)
+    assert abs(row.utilization * 8 - sum(g[1] for g in row.gpus)) < 8
+
+
+def test_a_simulated_hosts_gpus_differ_but_share_its_busy_and_idle_phases(clock):
+    args = dict(
+        seed=7,
+        cloud_id="i-8",
+        profile=profile_of("30:30", now=clock.now),
+        launched_at=clock.now,
+        gpu_count=8,
+        gpu_memory_gib=80,
+    )
+    busy = gpu_sample(minute=clock.now + 5 * MINUTE, **args)
+    assert busy == gpu_sample(minute=clock.now + 5 * MINUTE, **args)
+    assert all(85 <= g.utilization <= 100 for g in busy.gpus)
+    assert len({g.utilization for g in busy.gpus}) > 3  # eight lines, not one drawn eight times
+    assert all(0.6 * 80 * 1024 <= g.memory_used_mib <= 0.9 * 80 * 1024 for g in busy.gpus)
+    idle = gpu_sample(minute=clock.now + 35 * MINUTE, **args)
+    assert all(g.utilization < 5 for g in idle.gpus)
+    assert idle.utilization < 5 and busy.utilization >= 85

@@ -244,6 +244,7 @@ def give_real_references(case, world: World, who: str) -> None:
         for index, reading in enumerate(body.get("readings") or []):
             if isinstance(reading, dict):
                 reading["at"] = (timezone.now() - timedelta(minutes=index)).isoformat()
+                _real_gpus(reading, host.instance_type)
     elif path.endswith("/idle-policy/") and method == "PUT" and body is not None:
         # Nor "the warning comes before the stop": keep the two in order.
         idle = body.get("idle_minutes", 60)
@@ -289,6 +290,21 @@ def give_real_references(case, world: World, who: str) -> None:
             query["gpu_model"] = [_pick(world.gpu_models, item) for item in drawn]
         if path == "/api/v1/costs/":
             _real_report_query(query, world, who)
+
+
+def _real_gpus(reading: dict, kind) -> None:
+    """Nor "as many GPUs as the host has, its memory, and totals that are their mean and sum":
+    the drawn GPUs, cut to the host's, numbered from 0 and within its memory."""
+    gpus = reading.get("gpus")
+    if not isinstance(gpus, list) or not gpus:
+        return
+    del gpus[kind.gpu_count :]
+    for index, gpu in enumerate(gpus):
+        gpu["index"] = index
+        gpu["memory_total_mib"] = min(gpu["memory_total_mib"], kind.gpu_memory_gib * 1024)
+        gpu["memory_used_mib"] = min(gpu["memory_used_mib"], gpu["memory_total_mib"])
+    reading["utilization"] = round(sum(gpu["utilization"] for gpu in gpus) / len(gpus))
+    reading["memory_used_mib"] = sum(gpu["memory_used_mib"] for gpu in gpus)
 
 
 def _real_pool_body(path: str, method: str, body: dict, world: World, who: str) -> None:

@@ -20,6 +20,11 @@ class GpuReading(models.Model):
     # The help text is spelt as migration 0004 records it (respelling it needs a migration).
     utilization = models.PositiveSmallIntegerField(help_text="Mean GPU utilisation, percent")
     memory_used_mib = models.PositiveIntegerField(help_text="GPU memory in use, all GPUs, MiB")
+    # Each GPU's own reading, by index: [index, utilization %, memory used MiB, memory total
+    # MiB], a compact list on the row rather than a row per GPU (eight times the rows, and
+    # every reader joins them back). Empty from an agent that sends only the totals; when
+    # present, the totals above agree with it (services.telemetry.reading_problem).
+    gpus = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["instance", "minute"]
@@ -43,6 +48,9 @@ class GpuHourlyReading(models.Model):
     utilization_max = models.PositiveSmallIntegerField()
     memory_used_mib = models.PositiveIntegerField(help_text="Most memory in use in the hour")
     minutes = models.PositiveSmallIntegerField(help_text="How many minutes reported")
+    # Each GPU's hour, from the minutes that carried it: [index, mean utilization %, peak
+    # utilization %, most memory used MiB, memory total MiB]; empty when none did.
+    gpus = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["instance", "hour"]

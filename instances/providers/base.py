@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
+from typing import NamedTuple
 
 
 class ProviderError(Exception):
@@ -52,6 +53,33 @@ class InstanceTypeSpec:
     efa: bool
     spot: bool
     regions: tuple[str, ...]
+
+
+class GpuValue(NamedTuple):
+    """One GPU of a host during one minute, as ``nvidia-smi --query-gpu=index,
+    utilization.gpu,memory.used,memory.total`` reports it (stored as this list)."""
+
+    index: int
+    utilization: int
+    memory_used_mib: int
+    memory_total_mib: int
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One minute of a host's GPUs: mean utilization (percent), memory in use (MiB, all GPUs)
+    and, where the cloud knows them, each GPU's own values."""
+
+    utilization: int
+    memory_used_mib: int
+    gpus: tuple[GpuValue, ...] = ()
+
+    @classmethod
+    def of(cls, gpus: Iterable[GpuValue]) -> GpuSample:
+        """The host's reading from its GPUs': their mean, rounded, and their memory summed."""
+        gpus = tuple(gpus)
+        mean = sum(gpu.utilization for gpu in gpus) / len(gpus)
+        return cls(round(mean), sum(gpu.memory_used_mib for gpu in gpus), gpus)
 
 
 @dataclass(frozen=True)
@@ -155,9 +183,10 @@ class Provider(abc.ABC):
     # each host's agent posts its own (instances/agent/portal_agent.py, installed by cloud-init).
     reports_gpu_readings: bool = False
 
-    def gpu_readings(self, minute: datetime) -> dict[str, tuple[int, int]]:
+    def gpu_readings(self, minute: datetime) -> dict[str, GpuSample]:
         """Each running host's GPU utilization (percent) and memory in use (MiB) during one
-        minute, by cloud id. Only clouds with ``reports_gpu_readings`` answer."""
+        minute, with each GPU's, by cloud id. Only clouds with ``reports_gpu_readings``
+        answer."""
         return {}  # its hosts post their own readings (the agent): nothing to gather here
 
     @abc.abstractmethod

@@ -12,18 +12,12 @@ seed gives the same readings. ``simulated_cloud profile HOST busy|idle|B:I`` set
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from instances.providers.base import GpuSample, GpuValue
 from instances.providers.faults import unit_hash
 
-
-@dataclass(frozen=True)
-class GpuSample:
-    """One minute of a host's GPUs: mean utilization (percent) and memory in use (MiB)."""
-
-    utilization: int
-    memory_used_mib: int
+__all__ = ["GpuSample", "gpu_sample", "is_busy", "profile_of"]
 
 
 def profile_of(spec: str, *, now: datetime) -> dict:
@@ -76,15 +70,28 @@ def gpu_sample(
     gpu_count: int,
     gpu_memory_gib: int,
 ) -> GpuSample:
-    """The reading a host reports for one minute: the same inputs give the same reading."""
+    """The reading a host reports for one minute, GPU by GPU, the host's mean and sum taken
+    from them as an agent takes them: the same inputs give the same reading.
+
+    The phase is the host's (a job keeps all its GPUs busy, or none), but each GPU keeps a
+    level of its own (one feeds the others, one waits on them) and moves a little each minute,
+    so an 8-GPU host draws eight lines near one another, not one line eight times; memory in
+    use stays near each GPU's level."""
     profile = profile or _drawn(seed, cloud_id, launched_at)
-    jitter = unit_hash(seed, cloud_id, "gpu", minute.isoformat())
-    total_mib = gpu_count * gpu_memory_gib * 1024
-    if is_busy(profile, minute):
-        utilization = min(100, int(profile.get("busy_percent", 85)) + int(15 * jitter))
-        memory = int(total_mib * (0.6 + 0.3 * jitter))
-    else:
-        utilization = min(100, int(profile.get("idle_percent", 0)) + int(3 * jitter))
-        # An idle notebook still holds the memory its kernel allocated.
-        memory = int(total_mib * 0.4)
-    return GpuSample(utilization=utilization, memory_used_mib=memory)
+    busy = is_busy(profile, minute)
+    total_mib = gpu_memory_gib * 1024
+    gpus = []
+    for index in range(gpu_count):
+        level = unit_hash(seed, cloud_id, "gpu-level", index)
+        moment = unit_hash(seed, cloud_id, "gpu", minute.isoformat(), index)
+        jitter = 0.7 * level + 0.3 * moment
+        if busy:
+            utilization = min(100, int(profile.get("busy_percent", 85)) + int(15 * jitter))
+            # A job allocates its memory once: it barely moves from minute to minute.
+            memory = int(total_mib * (0.6 + 0.27 * level + 0.03 * moment))
+        else:
+            utilization = min(100, int(profile.get("idle_percent", 0)) + int(3 * jitter))
+            # An idle notebook still holds the memory its kernel allocated.
+            memory = int(total_mib * (0.38 + 0.04 * level))
+        gpus.append(GpuValue(index, utilization, memory, total_mib))
+    return GpuSample.of(gpus)

@@ -39,7 +39,7 @@ from instances.providers.base import (
     launch_tags,
 )
 from instances.providers.faults import FAULT_DICE, Faults, unit_hash
-from instances.providers.gpu_profile import gpu_sample
+from instances.providers.gpu_profile import GpuSample, gpu_sample
 from instances.providers.simulated_market import SPOT_INTERRUPTION_REASON, SpotMarket
 
 log = logging.getLogger(__name__)
@@ -444,9 +444,9 @@ class SimulatedProvider(SpotMarket, Provider):
             )
         return self._host(SimulatedHost.objects.get(pk=row.pk))
 
-    def gpu_readings(self, minute: datetime) -> dict[str, tuple[int, int]]:
-        """Every running host's reading for the minute, from its profile: one query however
-        many hosts (the telemetry pass reads 10,000 at once)."""
+    def gpu_readings(self, minute: datetime) -> dict[str, GpuSample]:
+        """Every running host's reading for the minute, each GPU's too, from its profile: one
+        query however many hosts (the telemetry pass reads 10,000 at once)."""
         shapes = {row["name"]: row for row in self._rows()}
         readings = {}
         rows = SimulatedHost.objects.filter(state=SimulatedHost.State.RUNNING).values_list(
@@ -454,7 +454,7 @@ class SimulatedProvider(SpotMarket, Provider):
         )
         for cloud_id, instance_type, profile, launched_at in rows:
             shape = shapes.get(instance_type, {"gpu_count": 1, "gpu_memory_gib": 24})
-            sample = gpu_sample(
+            readings[cloud_id] = gpu_sample(
                 seed=self.seed,
                 cloud_id=cloud_id,
                 profile=profile,
@@ -463,7 +463,6 @@ class SimulatedProvider(SpotMarket, Provider):
                 gpu_count=shape["gpu_count"],
                 gpu_memory_gib=shape["gpu_memory_gib"],
             )
-            readings[cloud_id] = (sample.utilization, sample.memory_used_mib)
         return readings
 
     def set_gpu_profile(self, cloud_id: str, profile: dict) -> None:

@@ -51,11 +51,13 @@ def gpu_first_reading_at(instance: Instance, *, since: datetime) -> datetime | N
 
 def gpu_series(instance: Instance, *, since: datetime, until: datetime) -> list[dict]:
     """A host's readings from ``since`` to ``until``, oldest first: hourly summaries where the
-    minutes were folded away, then minutes."""
+    minutes were folded away, then minutes. Each point's ``gpus`` holds its per-GPU values as
+    stored ([index, utilization, ..., memory used, memory total]; empty without them), for
+    gpu_columns."""
     minutes = list(
         GpuReading.objects.filter(instance=instance, minute__gte=since, minute__lte=until)
         .order_by("minute")
-        .values("minute", "utilization", "memory_used_mib")
+        .values("minute", "utilization", "memory_used_mib", "gpus")
     )
     first_minute = minutes[0]["minute"] if minutes else until
     hours = GpuHourlyReading.objects.filter(
@@ -67,6 +69,8 @@ def gpu_series(instance: Instance, *, since: datetime, until: datetime) -> list[
             "resolution": "hour",
             "utilization": hour.utilization,
             "memory_used_mib": hour.memory_used_mib,
+            # An hour's GPU: [index, mean, peak, most memory, total] -> as a minute's.
+            "gpus": [[index, mean, used, total] for index, mean, _, used, total in hour.gpus],
         }
         for hour in hours
     ]
@@ -76,7 +80,29 @@ def gpu_series(instance: Instance, *, since: datetime, until: datetime) -> list[
             "resolution": "minute",
             "utilization": row["utilization"],
             "memory_used_mib": row["memory_used_mib"],
+            "gpus": row["gpus"],
         }
         for row in minutes
     ]
     return series
+
+
+def gpu_columns(series: list[dict]) -> list[dict]:
+    """Each GPU that reported in ``series`` (gpu_series), by index: its utilization and memory
+    in use at every point (None where that point has no value for it) and its newest memory
+    total. Columns, not a list per point: eight GPUs over a day are 23,000 numbers, and the
+    host page fetches them every minute."""
+    columns: dict[int, dict] = {}
+    for position, point in enumerate(series):
+        for index, utilization, used, total in point["gpus"]:
+            column = columns.get(index)
+            if column is None:
+                column = columns[index] = {
+                    "index": index,
+                    "utilization": [None] * len(series),
+                    "memory_used_mib": [None] * len(series),
+                }
+            column["utilization"][position] = utilization
+            column["memory_used_mib"][position] = used
+            column["memory_total_mib"] = total
+    return [columns[index] for index in sorted(columns)]

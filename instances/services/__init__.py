@@ -122,6 +122,7 @@ from instances.services.spot_recovery import (
     spot_warning_receive,
 )
 from instances.services.telemetry import (
+    GpuShape,
     IngestReport,
     Reading,
     agent_authenticate,
@@ -147,6 +148,7 @@ __all__ = [
     "REENQUEUED",
     "AutoscaleReport",
     "Estimate",
+    "GpuShape",
     "IdleReport",
     "IllegalTransition",
     "IngestReport",

@@ -3,6 +3,7 @@ collection pass and the agents' ingest path, time and queries."""
 
 from __future__ import annotations
 
+import ipaddress
 import time
 import uuid
 
@@ -63,8 +64,9 @@ def _hosts(user, project, start: int, count: int) -> list[Instance]:
                 market="on_demand",
                 region="us-east-1",
                 availability_zone="us-east-1a",
-                private_ip="10.0.0.1",
-                public_ip="198.51.100.1",
+                # A cloud gives each live host its own addresses (a constraint says so).
+                private_ip=str(ipaddress.ip_address("10.0.0.0") + n),
+                public_ip=str(ipaddress.ip_address("198.18.0.0") + n),
                 state="running",
                 state_changed_at=now,
                 launched_at=now,

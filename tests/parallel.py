@@ -4,7 +4,9 @@ pytest-django already gives each worker its own database (test_<name>_gw<N>); im
 tests/settings.py before the settings read the environment, this module gives it a Redis number
 and a var/ folder of its own, so the Celery workers, queues and audit witness files one test
 starts are never seen by a test on another worker. They are set in the environment, so the
-servers and workers a test starts inherit them.
+servers and workers a test starts inherit them. A process started that way imports this module
+again with the worker's name still set; ``PORTAL_TEST_SERVICES_OF`` records that the environment
+is already its worker's, so it is not renumbered a second time.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ def own_services(environ=os.environ) -> None:
     worker = environ.get("PYTEST_XDIST_WORKER", "")
     if not worker.startswith("gw"):
         return
+    if environ.get("PORTAL_TEST_SERVICES_OF") == worker:
+        return
+    environ["PORTAL_TEST_SERVICES_OF"] = worker
     number = int(worker[2:])
     for name in ("CELERY_BROKER_URL", "PORTAL_CACHE_URL"):
         if environ.get(name, "").startswith(("redis://", "rediss://")):

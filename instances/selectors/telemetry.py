@@ -14,7 +14,9 @@ from instances.models import GpuHourlyReading, GpuReading, Instance
 def latest_gpu_readings(instance_ids, *, now: datetime) -> dict:
     """Each running host's current GPU reading (its newest, if no older than
     PORTAL_TELEMETRY_FRESH_MINUTES), by instance id: one query for a whole list. A host that
-    is not running has no GPU "now", however fresh its last minute is."""
+    is not running has no GPU "now", however fresh its last minute is. ``gpus`` is each GPU's
+    own reading in that minute ([index, utilization, memory used, memory total]; empty from an
+    agent that sends only the totals)."""
     fresh_after = now - timedelta(minutes=settings.PORTAL_TELEMETRY_FRESH_MINUTES)
     rows = (
         GpuReading.objects.filter(
@@ -23,7 +25,7 @@ def latest_gpu_readings(instance_ids, *, now: datetime) -> dict:
             minute__gte=fresh_after,
         )
         .order_by("instance_id", "-minute")
-        .values("instance_id", "minute", "utilization", "memory_used_mib")
+        .values("instance_id", "minute", "utilization", "memory_used_mib", "gpus")
     )
     latest: dict = {}
     for row in rows:

@@ -150,6 +150,21 @@ def _visible_instance(request: HttpRequest, pk) -> Instance:
     )
 
 
+def gpus_now(reading: dict) -> list[dict]:
+    """Each GPU's values in the host's newest minute, for the page's table: utilization, and
+    memory in GiB to a tenth with the share of the GPU's own total it is."""
+    return [
+        {
+            "index": index,
+            "utilization": utilization,
+            "used_gib": round(used / 1024, 1),
+            "total_gib": round(total / 1024, 1),
+            "memory_percent": round(100 * used / total),
+        }
+        for index, utilization, used, total in reading["gpus"]
+    ]
+
+
 # The host page's chart asks the metrics API for its default window, a day.
 GPU_CHART_HOURS = 24
 
@@ -179,6 +194,8 @@ def _host_context(request: HttpRequest, instance: Instance) -> dict:
         "gpu": gpu,
         # GiB, as the memory is sold; to the nearest one (a reading's precision is a MiB).
         "gpu_memory_used_gib": round(gpu["memory_used_mib"] / 1024) if gpu else None,
+        # Each GPU of a host with several, beside the chart's line per GPU.
+        "gpus_now": gpus_now(gpu) if gpu and instance.instance_type.gpu_count > 1 else [],
         # The chart shows the day only once it holds a day: before, it says since when.
         "gpu_since": first if first and first > window + timedelta(hours=1) else None,
         "gpu_has_readings": first is not None,

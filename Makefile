@@ -53,7 +53,7 @@ run: install
 # the few long ones. test-fast is the inner loop: no browser, worker, live-server or fuzz tests.
 TEST_WORKERS ?= 4
 test: install
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=25
 
 test-fast: install
 	$(PY) -m pytest -n 2 --dist worksteal -m "not real_clock and not fuzz" -q

@@ -12,10 +12,10 @@ from django.core.management import call_command
 from django.db.models import Max, Min
 
 from billing.models import BudgetAlert, CurImport, DailyRollup, ListPrice, Usage
-from demo.history import DAYS, KEY_PREFIX, history_start
+from demo.services.history import DAYS, KEY_PREFIX, history_start
 from instances.models import Instance, InstanceEvent, Order, Pool, PoolEvent
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.sweep]
 
 
 def seed() -> str:

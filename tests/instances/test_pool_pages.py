@@ -12,7 +12,7 @@ from django.core.management import call_command
 from django.urls import reverse
 from django.utils import timezone
 
-from demo.pools import POOL_NAME, seed_demo_pool
+from demo.services.pools import POOL_NAME, seed_demo_pool
 from instances import services
 from instances.models import Image, Pool, PoolSample
 from portal.services import approval_policy_set

@@ -1,5 +1,5 @@
 """Seed the demo: the catalog, projects, people and their memberships, and 60 days of history
-(demo/history.py). Safe to run twice: the second run changes nothing and says so."""
+(demo/services/history.py). Safe to run twice: the second run changes nothing and says so."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from audit.services import audit_record_system
 from billing.budgets import budget_set
 from billing.models import Budget
 from billing.prices import spot_prices_refresh
-from demo.history import DAYS, history_build, history_exists
-from demo.pools import seed_demo_pool
+from demo.services.history import DAYS, history_build, history_exists
+from demo.services.pools import seed_demo_pool
 from instances.models import Image, InstanceType
 from portal.models import IdlePolicy, Membership, Project, Quota, User
 from portal.services import (

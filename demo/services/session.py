@@ -1,4 +1,5 @@
-"""One order of the demo's script (demo/history.py plays them, demo/present.py adds the last)."""
+"""One order of the demo's script (demo/services/history.py plays them, present.py adds the
+last)."""
 
 from __future__ import annotations
 

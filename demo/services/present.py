@@ -8,7 +8,7 @@ from decimal import Decimal
 
 from django.conf import settings
 
-from demo.session import Session
+from demo.services.session import Session
 from instances import services
 from instances.data import list_prices
 from instances.models import InstanceType
@@ -48,7 +48,7 @@ def price_cut_apply(cut: tuple[str, Decimal, int]) -> None:
 
 
 def present_build(past, now: datetime) -> None:
-    """Schedule the last hours of the history on ``past`` (demo.history.Past)."""
+    """Schedule the last hours of the history on ``past`` (demo.services.history.Past)."""
     number = 100_000
     for hours, user, project, kind, market, count, lease in RUNNING_NOW:
         number += 1

@@ -35,9 +35,9 @@ from billing.budgets import budgets_check
 from billing.metering import usage_meter
 from billing.prices import spot_prices_refresh
 from billing.rollups import rollups_refresh
-from demo.present import present_build, price_cut_apply, price_cut_prepare
-from demo.sample_cur import sample_cur_import
-from demo.session import Session
+from demo.services.present import present_build, price_cut_apply, price_cut_prepare
+from demo.services.sample_cur import sample_cur_import
+from demo.services.session import Session
 from instances import services
 from instances.models import ACTIONS, Image, Instance, InstanceType, Order
 from instances.providers import get_provider
@@ -81,7 +81,7 @@ PRICE_CUT = ("p4d.24xlarge", Decimal("37.6885"), 24)
 IDLE_STOPS = 5
 IDLE = {"vision-lab"}  # the projects seed_demo gives an idle policy
 BEAT_DAYS = 3
-# The autoscaler's passes over the last hours of the past, so the demo's pool (demo/pools.py)
+# The autoscaler's passes over the last hours of the past, so the demo's pool (services/pools.py)
 # opens with its schedule at work on its chart and in its events: four days hold at least one
 # working day's 09:00 to 21:00 in Berlin whatever day the demo opens.
 POOL_HOURS = 96

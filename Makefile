@@ -50,13 +50,14 @@ run: install
 # The whole suite, in parallel: each pytest-xdist worker has a database, a Redis number and a
 # var/ folder of its own (tests/parallel.py). Most of the slow tests wait on a browser, a
 # worker or a poll rather than compute, so more workers than cores pay; worksteal evens out
-# the few long ones. test-fast is the inner loop: no browser, worker, live-server or fuzz tests.
+# the few long ones. test-fast is the inner loop: no browser, worker, live-server, fuzz or
+# sweep tests (the ones that go over every route, 100,000 audit rows or 60 days of history).
 TEST_WORKERS ?= 4
 test: install
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=25
 
 test-fast: install
-	$(PY) -m pytest -n 2 --dist worksteal -m "not real_clock and not fuzz" -q
+	$(PY) -m pytest -n 2 --dist worksteal -m "not real_clock and not fuzz and not sweep" -q
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -28,6 +28,9 @@ from django.urls.exceptions import Resolver404
 from audit.middleware import is_audited
 from audit.models import AuditEvent
 
+# Every route, every caller: the suite runs it; make test-fast leaves it out (docs/testing.md).
+pytestmark = pytest.mark.sweep
+
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 CALLERS = ["valid", "anonymous", "stranger", "invalid", "fault"]
 GENERIC_SAMPLES = ["1", "portal", "x", "json", "00000000-0000-4000-8000-000000000000"]

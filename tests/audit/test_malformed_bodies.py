@@ -20,6 +20,9 @@ from django.test.client import ClientHandler
 from audit.models import AuditEvent
 from tests.audit.test_every_route_is_audited import all_routes, concrete_path
 
+# Every route, every caller: the suite runs it; make test-fast leaves it out (docs/testing.md).
+pytestmark = pytest.mark.sweep
+
 NESTED = "[" * 5000 + "]" * 5000
 
 

@@ -11,7 +11,7 @@ from audit.services import audit_chain_seal
 from audit.verify import audit_chain_verify
 from tests.audit.conftest import make_events
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.sweep]
 
 
 def test_a_hundred_thousand_untouched_rows_verify_without_a_false_alarm():

@@ -1,13 +1,13 @@
-"""Who reads the whole audit log. audit sits below every app, so the answer comes from the
-project's permissions module through a setting (AUDIT_LOG_READER, a dotted path to
-callable(user) -> bool), the same device the apps use for every cross-app need."""
+"""Who reads the whole audit log. audit sits below every app, so it asks Django's own question,
+``user.has_perm("audit.view_auditevent")``; the project's authentication backends answer it
+(portal.backends.RoleBackend, from the rules of portal/permissions.py)."""
 
 from __future__ import annotations
 
-from django.conf import settings
-from django.utils.module_loading import import_string
+# The Django permission of the AuditEvent model that stands for reading the whole log.
+READ_WHOLE_LOG = "audit.view_auditevent"
 
 
 def reads_whole_log(user) -> bool:
     """Everyone else reads only their own activity."""
-    return bool(user is not None and import_string(settings.AUDIT_LOG_READER)(user))
+    return bool(user is not None and user.has_perm(READ_WHOLE_LOG))

@@ -6,6 +6,12 @@ class AuditConfig(AppConfig):
     verbose_name = "Audit log"
 
     def ready(self):
-        from audit import logredact, signals  # noqa: F401 - connects the receivers
+        from django.core import checks
+
+        from audit import logredact, metrics, registry, signals  # noqa: F401 - the receivers
 
         logredact.install()
+        # The wiring between apps (audit/registry.py): audit's own piece, and the check that
+        # every declared piece was registered by the app that answers it.
+        registry.METRICS_COLLECTORS.register("audit", metrics.collect)
+        checks.register(registry.check_wiring)

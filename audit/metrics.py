@@ -1,4 +1,4 @@
-"""Audit figures for /metrics, computed at scrape time (named in PORTAL_METRICS_COLLECTORS)."""
+"""Audit figures for /metrics, computed at scrape time (registered in AuditConfig.ready())."""
 
 from __future__ import annotations
 

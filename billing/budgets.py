@@ -58,7 +58,7 @@ def host_rate_micros(instance: Instance) -> int:
 
 
 def host_rate_per_hour(instance: Instance) -> Decimal:
-    """``host_rate_micros`` in dollars: the PORTAL_INSTANCE_RATE hook (My hosts' running total)."""
+    """``host_rate_micros`` in dollars: the instance_rate slot (My hosts' running total)."""
     return Decimal(host_rate_micros(instance)).scaleb(-6)
 
 
@@ -205,7 +205,7 @@ def order_cost_rs(request) -> int:
 
 
 def budget_check(request) -> None:
-    """An ORDER_ADMISSION_CHECKS entry (runs under the project's row lock): an order the
+    """The budget admission check (runs under the project's row lock): an order the
     project's budget policy covers must fit what is left of this month's budget."""
     budget = Budget.objects.filter(project=request.project).first()
     if budget is None or not budget.blocks(request.market):
@@ -236,8 +236,9 @@ def budget_check(request) -> None:
 
 
 def budget_headroom(request) -> list[Headroom]:
-    """An ORDER_HEADROOM entry: what is left of the project's budget this month (less what its
-    hosts will cost), and what this order would leave; ``over`` only where the policy refuses."""
+    """The budget piece of order_headroom: what is left of the project's budget this month
+    (less what its hosts will cost), and what this order would leave; ``over`` only where the
+    policy refuses."""
     budget = Budget.objects.filter(project=request.project).first()
     if budget is None:
         return []

@@ -3,7 +3,7 @@ figure of what a host has cost so far is the same computation.
 
 A pass (``usage_meter``) meters every host not yet fully metered and every host a late price
 touches, a batch of hosts per transaction, in a fixed number of queries per batch whatever the
-number of hosts and price changes. ``costs_so_far`` (the PORTAL_INSTANCE_COST hook that the
+number of hosts and price changes. ``costs_so_far`` (the instance_cost slot that the
 host pages and the API call through ``instances.selectors.costs``) applies the same rules
 (billing.rules) to the same rate histories (billing.prices), so an ended host's live figure is
 its bill.
@@ -381,7 +381,7 @@ def _state_advance(state: MeterState, *, started: datetime, newest_event: int) -
 def costs_so_far(instances: Iterable[Instance], *, now: datetime) -> dict:
     """What each host has cost up to ``now``, in dollars to the micro-dollar: its runs billed by
     the rules at the rates in force, exactly as metering bills them (for an ended host, the sum
-    of its usage rows). The PORTAL_INSTANCE_COST hook; a fixed number of queries for any number
+    of its usage rows). The instance_cost slot; a fixed number of queries for any number
     of hosts, none for what the caller already loaded (type, order, events prefetched)."""
     hosts = list(instances)
     now = whole_second(now)
@@ -416,7 +416,7 @@ def costs_so_far(instances: Iterable[Instance], *, now: datetime) -> dict:
 
 
 def cost_notes(instances: Iterable[Instance], *, now: datetime) -> dict:
-    """The PORTAL_INSTANCE_COST_NOTES hook: for each host, the sentence of every billing rule
+    """The instance_cost_notes slot: for each host, the sentence of every billing rule
     other than per-second billing that decides one of its runs (a spot host interrupted by the
     cloud within its first hour costs nothing; a run is billed at least a minute), or "" where
     each second is billed as it ran. Read beside the cost it changes."""

@@ -1,4 +1,4 @@
-"""Billing figures for /metrics, computed at scrape time (named in PORTAL_METRICS_COLLECTORS)."""
+"""Billing figures for /metrics, computed at scrape time (registered in BillingConfig.ready())."""
 
 from __future__ import annotations
 

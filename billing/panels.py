@@ -1,5 +1,6 @@
-"""The dashboard panel billing adds (PORTAL_DASHBOARD_PANELS): each project's spend this month
-against its budget, for all the viewer's projects in the three queries of budget_statuses."""
+"""The dashboard panels billing adds (registered in BillingConfig.ready()): each project's
+spend this month against its budget, for all the viewer's projects in the three queries of
+budget_statuses."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Prices: the spot and list price histories, and the rate a host pays at each second.
 
 Spot prices come from the provider (``spot_prices_refresh``, a beat task). A list price enters
-the history when the catalog changes it (``list_price_record``, named in INSTANCE_PRICE_HOOKS,
-which the catalog's writers run) and at each metering pass (``list_prices_snapshot`` catches a
+the history when the catalog changes it (``list_price_record``, the price_changed piece the
+catalog's writers run) and at each metering pass (``list_prices_snapshot`` catches a
 price changed by a bulk update, which runs no hook). ``RateHistories`` reads both for any
 number of hosts in a fixed number of queries and gives each host its charged and list rates.
 """
@@ -89,8 +89,8 @@ def _list_source(instance_type: InstanceType) -> str:
 def list_price_record(*, instance_type: InstanceType, at: datetime | None = None) -> bool:
     """Record the type's list price in the history if it differs from the one in force.
 
-    An INSTANCE_PRICE_HOOKS entry: the catalog's writers (sync, the admin) run it after they
-    change a type's price, in their transaction.
+    The price_changed piece (billing/apps.py): the catalog's writers (sync, the admin) run it
+    after they change a type's price, in their transaction.
     """
     at = whole_second(at or timezone.now())
     price = instance_type.on_demand_price_per_hour

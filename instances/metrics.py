@@ -3,7 +3,8 @@ hosts and refusal streak (scrape time, three queries whatever the number of host
 provisioning time, order outcomes, reconcile actions and what autoscaler passes did (counted as
 they happen); cloud calls are counted in instances/providers/counted.py.
 
-Named in PORTAL_METRICS_COLLECTORS, so portal/metrics.py never imports this app.
+Registered in InstancesConfig.ready() (audit/registry.py), so portal/metrics.py never imports
+this app.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""The dashboard panels the instances app adds (PORTAL_DASHBOARD_PANELS): what the viewer's
-hosts, orders and pools are doing, and each project's quota bars against the hosts counted
-here.
+"""The dashboard panels the instances app adds (registered in InstancesConfig.ready()): what
+the viewer's hosts, orders and pools are doing, and each project's quota bars against the hosts
+counted here.
 
 Each panel is built for all the viewer's projects at once, in a fixed number of queries.
 """

@@ -8,8 +8,8 @@ Two kinds of figure:
   of every gunicorn and Celery worker process sharing the folder (its multiprocess mode). The
   variable must be set before the process starts (the client reads it at import).
 - Gauges read from the database, Redis and the cache at scrape time (hosts by status, metering
-  and seal lag, queue depth, beat's last runs). Each app that has such figures names a collector
-  in ``PORTAL_METRICS_COLLECTORS`` (dotted paths, the ORDER_ADMISSION_CHECKS device, so this
+  and seal lag, queue depth, beat's last runs). Each app that has such figures registers a
+  collector in audit/registry.py's ``metrics_collectors`` (in its AppConfig.ready(), so this
   module never imports a later app); each collector runs a fixed number of queries whatever the
   number of hosts.
 
@@ -24,7 +24,6 @@ import os
 from collections.abc import Callable, Iterable
 
 from django.conf import settings
-from django.utils.module_loading import import_string
 from prometheus_client import REGISTRY as PROCESS_REGISTRY
 from prometheus_client import (
     CollectorRegistry,
@@ -34,6 +33,8 @@ from prometheus_client import (
     multiprocess,
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
+
+from audit.registry import METRICS_COLLECTORS
 
 log = logging.getLogger(__name__)
 
@@ -140,22 +141,21 @@ def mark_process_dead(pid: int) -> None:
 
 
 class ScrapeCollector:
-    """Runs every collector named in PORTAL_METRICS_COLLECTORS when the registry is scraped.
+    """Runs every registered collector (audit/registry.py) when the registry is scraped.
 
     A collector is a callable returning metric families; one that fails is logged and skipped,
     so a broken figure never hides the rest.
     """
 
-    def __init__(self, paths: Iterable[str]) -> None:
-        self.paths = list(paths)
+    def __init__(self, collectors: Iterable[tuple[str, Callable[[], Iterable[Metric]]]]) -> None:
+        self.collectors = list(collectors)
 
     def collect(self) -> Iterable[Metric]:
-        for path in self.paths:
+        for name, collector in self.collectors:
             try:
-                collector: Callable[[], Iterable[Metric]] = import_string(path)
                 yield from list(collector())
             except Exception:
-                log.exception("metrics: collector %s failed", path)
+                log.exception("metrics: collector %s failed", name)
 
 
 def scrape() -> bytes:
@@ -170,7 +170,7 @@ def scrape() -> bytes:
         # (A test that points PORTAL_METRICS_DIR at a worker's folder gets a series twice,
         # once from each side; production sets the variable for every process.)
         registry.register(PROCESS_REGISTRY)
-    registry.register(ScrapeCollector(settings.PORTAL_METRICS_COLLECTORS))
+    registry.register(ScrapeCollector(METRICS_COLLECTORS.items()))
     return generate_latest(registry)
 
 

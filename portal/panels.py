@@ -1,18 +1,18 @@
-"""The dashboard's panels: each app adds its own through ``PORTAL_DASHBOARD_PANELS``.
+"""The dashboard's panels: each app registers its own in audit/registry.py's
+``dashboard_panels`` (in its AppConfig.ready(); the store fixes their order).
 
-An entry is a dotted path to ``callable(user, projects) -> Panel | None``. It is called once per
+A panel is ``callable(user, projects) -> Panel | None``. It is called once per
 page with every project the viewer sees, so a panel costs a fixed number of queries however
 many projects there are; it answers None when it has nothing for this viewer (a role's home
 panels ask ``portal.permissions`` whose they are). Portal calls the apps above it only through
-this list, never by import.
+the registry, never by import.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from django.conf import settings
-from django.utils.module_loading import import_string
+from audit.registry import DASHBOARD_PANELS
 
 
 @dataclass(frozen=True)
@@ -29,5 +29,5 @@ class Panel:
 
 
 def dashboard_panels(user, projects: list) -> list[Panel]:
-    panels = (import_string(path)(user, projects) for path in settings.PORTAL_DASHBOARD_PANELS)
+    panels = (panel(user, projects) for panel in DASHBOARD_PANELS)
     return [panel for panel in panels if panel is not None]

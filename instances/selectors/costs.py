@@ -1,10 +1,10 @@
 """instances/selectors/costs.py: running time and cost so far of a host, from its events (the
 cloud's transition times).
 
-What a host has cost is billing's rule, not ours: the figure comes from the function named in
-PORTAL_INSTANCE_COST (billing's metering: the same rules and price histories that make the
-bill, so an ended host shows what it is billed), called through a setting because instances
-may not import billing.
+What a host has cost is billing's rule, not ours: the figure comes from the instance_cost slot
+of audit/registry.py (billing's metering registers there: the same rules and price histories
+that make the bill, so an ended host shows what it is billed), because instances may not import
+billing.
 """
 
 from __future__ import annotations
@@ -12,11 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 from decimal import Decimal
-from functools import cache
 
-from django.conf import settings
-from django.utils.module_loading import import_string
-
+from audit.registry import INSTANCE_COST, INSTANCE_COST_NOTES, INSTANCE_RATE
 from instances.models import Instance, InstanceEvent
 
 
@@ -43,16 +40,11 @@ def running_seconds(events: list[InstanceEvent], now: datetime) -> int:
     return int(sum((end - start).total_seconds() for start, end in running_intervals(events, now)))
 
 
-@cache
-def _hook(path: str):
-    return import_string(path)
-
-
 def costs_so_far(instances: Iterable[Instance], *, now: datetime) -> dict:
     """What each host has cost up to ``now`` (instance pk -> dollars, to the micro-dollar), in a
     fixed number of queries for any number of hosts. Prefetch their events (and select their
     type and order) to spare those reads."""
-    return _hook(settings.PORTAL_INSTANCE_COST)(list(instances), now=now)
+    return INSTANCE_COST.get()(list(instances), now=now)
 
 
 def cost_so_far(instance: Instance, events: list[InstanceEvent], now: datetime) -> Decimal:
@@ -62,12 +54,12 @@ def cost_so_far(instance: Instance, events: list[InstanceEvent], now: datetime) 
 
 
 def rate_now(instance: Instance) -> Decimal:
-    """What a host costs per hour while it runs, in dollars (billing's rule, through
-    PORTAL_INSTANCE_RATE): the list price on-demand, the latest spot price for spot."""
-    return _hook(settings.PORTAL_INSTANCE_RATE)(instance)
+    """What a host costs per hour while it runs, in dollars (billing's rule, the
+    instance_rate slot): the list price on-demand, the latest spot price for spot."""
+    return INSTANCE_RATE.get()(instance)
 
 
 def cost_notes(instances: Iterable[Instance], *, now: datetime) -> dict:
     """For each host, the billing rule (in a sentence) that makes its cost differ from its
-    running seconds at its rate, or "" (billing's rules, through PORTAL_INSTANCE_COST_NOTES)."""
-    return _hook(settings.PORTAL_INSTANCE_COST_NOTES)(list(instances), now=now)
+    running seconds at its rate, or "" (billing's rules, the instance_cost_notes slot)."""
+    return INSTANCE_COST_NOTES.get()(list(instances), now=now)

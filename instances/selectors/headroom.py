@@ -2,21 +2,19 @@
 (the order page, the approval inbox): the headroom each limit leaves and whether the checks
 ``order_submit`` runs would refuse or hold it.
 
-Each entry of ``ORDER_HEADROOM`` is ``callable(request) -> list[Headroom]`` (the quota's in
-instances/services/quotas.py, the budget's from billing: the ``ORDER_ADMISSION_CHECKS`` device,
-so instances never imports billing). Refusals come from running the admission checks themselves
-and the approval reason from ``approval_needed``: what the page says is what the submit will do.
+Each piece of audit/registry.py's ``order_headroom`` is ``callable(request) -> list[Headroom]``
+(the quota's in instances/services/quotas.py, the budget's from billing, registered in its
+AppConfig.ready(), so instances never imports billing). Refusals come from running the
+admission checks themselves and the approval reason from ``approval_needed``: what the page says
+is what the submit will do.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from django.conf import settings
-from django.utils.module_loading import import_string
-
-from instances.services.orders import OrderRequest, approval_needed
-from portal.errors import Conflict
+from audit.registry import ORDER_HEADROOM
+from instances.services.orders import OrderRequest, approval_needed, first_refusal
 
 
 @dataclass(frozen=True)
@@ -53,18 +51,12 @@ def order_preview(request: OrderRequest) -> Preview:
     """The headroom and the answers order_submit would give now (read only: no lock is taken,
     so a concurrent order may still win the last GPU; the submit checks again under the lock)."""
     headroom: list[Headroom] = []
-    for path in settings.ORDER_HEADROOM:
-        headroom.extend(import_string(path)(request))
-    refusal, code = "", ""
-    for path in settings.ORDER_ADMISSION_CHECKS:
-        try:
-            import_string(path)(request)
-        except Conflict as error:
-            refusal, code = error.message, error.code
-            break
+    for piece in ORDER_HEADROOM:
+        headroom.extend(piece(request))
+    refusal = first_refusal(request)
     return Preview(
         headroom=headroom,
-        refusal=refusal,
-        refusal_code=code,
+        refusal=refusal.message if refusal else "",
+        refusal_code=refusal.code if refusal else "",
         approval=approval_needed(request) or "",
     )

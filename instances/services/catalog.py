@@ -1,6 +1,6 @@
 """instances/services/catalog.py: the catalog's writers. Instance types and images synced from
 the cloud, spot prices seen, and what the catalog tells other apps when a list price changes
-(INSTANCE_PRICE_HOOKS)."""
+(the price_changed pieces of audit/registry.py)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,10 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from functools import cache
 
-from django.conf import settings
 from django.db import transaction
-from django.utils.module_loading import import_string
 
+from audit.registry import PRICE_CHANGED
 from instances.data import ListPrice, gpu_reference
 from instances.models import (
     Image,
@@ -26,19 +24,14 @@ from instances.providers.base import (
 log = logging.getLogger(__name__)
 
 
-# What the catalog tells other apps goes through hooks named in settings (docs/design.md rule 9:
-# a later app is consulted through a list of dotted paths, never an upward import or a signal).
-@cache
-def _hook(path: str):
-    return import_string(path)
-
-
+# What the catalog tells other apps goes through the registry (docs/design.md rule 9: a later
+# app registers its piece in its AppConfig.ready(), never an upward import or a signal).
 def price_changed(instance_type: InstanceType) -> None:
-    """Run each INSTANCE_PRICE_HOOKS entry (``hook(instance_type=...)``) for a type whose list
-    price was just set (created, synced, edited in the admin), in the caller's transaction:
-    billing records the price in its history from that moment."""
-    for path in getattr(settings, "INSTANCE_PRICE_HOOKS", []):
-        _hook(path)(instance_type=instance_type)
+    """Run each price_changed piece (``piece(instance_type=...)``) for a type whose list price
+    was just set (created, synced, edited in the admin), in the caller's transaction: billing
+    records the price in its history from that moment."""
+    for piece in PRICE_CHANGED:
+        piece(instance_type=instance_type)
 
 
 @dataclass

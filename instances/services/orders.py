@@ -14,8 +14,8 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
-from django.utils.module_loading import import_string
 
+from audit.registry import ADMISSION_CHECKS
 from instances.lib.checkpoints import checkpoint_uri_for
 from instances.lib.sshkeys import validate_public_key
 from instances.metrics import order_counted
@@ -293,9 +293,9 @@ def _replay(requester: User, key: str, fingerprint: str) -> Order | None:
 def order_submit(*, idempotency_key: str | None = None, **fields) -> tuple[Order, bool]:
     """Validate, admit and place an order (or queue it for approval); return (order, created).
 
-    Admission checks (ORDER_ADMISSION_CHECKS: quota, budget) run under a row lock on the project,
-    so concurrent orders of one project are admitted one at a time. Provisioning is enqueued
-    only after the transaction commits.
+    Admission checks (audit/registry.py's order_admission_checks: quota, budget) run under a
+    row lock on the project, so concurrent orders of one project are admitted one at a time.
+    Provisioning is enqueued only after the transaction commits.
     """
     request = order_validate(**fields)
     fingerprint = request.fingerprint()
@@ -379,13 +379,20 @@ def order_admit(request: OrderRequest) -> None:
 
 
 def admission_refusal(request: OrderRequest) -> Conflict | None:
-    """The first admission check (ORDER_ADMISSION_CHECKS) that refuses ``request``, or None;
-    takes the project's row lock, held until the caller's transaction ends. A pool asks it to
-    find how many of its missing hosts fit."""
+    """The first admission check that refuses ``request``, or None; takes the project's row
+    lock, held until the caller's transaction ends. A pool asks it to find how many of its
+    missing hosts fit."""
     Project.objects.select_for_update().get(pk=request.project.pk)
-    for path in settings.ORDER_ADMISSION_CHECKS:
+    return first_refusal(request)
+
+
+def first_refusal(request: OrderRequest) -> Conflict | None:
+    """The refusal of the first admission check (quota, then budget: the order of
+    audit/registry.py's order_admission_checks) that refuses ``request``, or None. Takes no
+    lock: the order page's preview asks it too, and the submit asks again under the lock."""
+    for check in ADMISSION_CHECKS:
         try:
-            import_string(path)(request)
+            check(request)
         except Conflict as refusal:
             return refusal
     return None

@@ -1,7 +1,9 @@
 """Settings for the GPU host portal, driven by environment variables: one module per concern
 (base: Django and its libraries; instances, audit, billing, operations: each app's knobs), all
-gathered here. A later module extends lists an earlier one made (the middleware, the hooks, the
-beat schedule, logging) and imports what it extends, so the order here does not matter.
+gathered here. A later module extends lists an earlier one made (the middleware, the beat
+schedule, logging) and imports what it extends, so the order here does not matter. What one app
+calls of another is not a setting: each app registers it in its AppConfig.ready()
+(audit/registry.py).
 
 A server started without settings is a production server: ``DJANGO_DEBUG`` defaults to 0, which
 requires a secret key and an audit signing key. Development turns it on explicitly

@@ -21,8 +21,8 @@ PORTAL_AUDIT_ENABLED = env_bool(
     True,
     help="0 turns the audit log off; only to measure what it costs (make bench).",
 )
-# Who reads the whole log (everyone reads their own activity): callable(user) -> bool.
-AUDIT_LOG_READER = "portal.permissions.can_read_audit_log"
+# Who reads the whole log (everyone reads their own activity) is asked as the Django permission
+# audit.view_auditevent, answered by portal.backends.RoleBackend (base: AUTHENTICATION_BACKENDS).
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Audit makes every API read a write. SQLite's default journal syncs the disk on every
     # commit (~1 ms here); in WAL mode with synchronous=NORMAL a commit is durable against a

@@ -142,6 +142,8 @@ AUTH_USER_MODEL = "portal.User"
 AUTHENTICATION_BACKENDS = [
     # First, so that a locked-out username and address never reach the password check.
     "axes.backends.AxesStandaloneBackend",
+    # The permissions a role gives (portal/permissions.py), before the per-user grants.
+    "portal.backends.RoleBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
 # Failed sign-ins (pages, admin and the token endpoint) are counted per username and address;

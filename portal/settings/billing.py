@@ -1,24 +1,13 @@
-"""Billing: spot prices, budgets, metering, alerts, the cloud bill, and the hooks other apps
-call."""
+"""Billing: spot prices, budgets, metering, alerts, the cloud bill."""
 
 from __future__ import annotations
 
 from portal.env import env_int, env_list, env_str
 from portal.settings.base import CELERY_BEAT_SCHEDULE
-from portal.settings.instances import (
-    ORDER_ADMISSION_CHECKS,
-    ORDER_HEADROOM,
-    PORTAL_DASHBOARD_PANELS,
-)
 
 # --- Billing ---------------------------------------------------------------------------------
-# The budget check runs after the quota check, under the same project lock.
-ORDER_ADMISSION_CHECKS.append("billing.budgets.budget_check")
-ORDER_HEADROOM.append("billing.budgets.budget_headroom")
-# Each project's spend against its budget, on its dashboard card.
-PORTAL_DASHBOARD_PANELS.append("billing.panels.budget_panel")
-# Finance's home: spend by project, budgets at risk and the month's trend, above the cards.
-PORTAL_DASHBOARD_PANELS.append("billing.panels.spend_panel")
+# What billing answers for other apps (the budget check, the dashboard panels, what a host has
+# cost) is wiring, not a deployer's choice: billing/apps.py registers it (audit/registry.py).
 # Seconds between metering passes (usage rows, then the daily rollups they changed) and between
 # budget checks (threshold notices, the stop-hosts policy).
 PORTAL_METER_SECONDS = env_int(
@@ -82,16 +71,4 @@ CELERY_BEAT_SCHEDULE.update(
         },
     }
 )
-# Run by the catalog's writers (sync, the admin) after a type's list price is set, with the type:
-# billing keeps the price history. callable(*, instance_type).
-INSTANCE_PRICE_HOOKS: list[str] = ["billing.prices.list_price_record"]
-# What a host has cost so far (host pages, the instances API): billing's metering, so that the
-# live figure is the bill. callable(instances, *, now) -> {instance pk: Decimal dollars}.
-PORTAL_INSTANCE_COST = "billing.metering.costs_so_far"
-# What a host costs per hour now (My hosts' running total): billing's rule, the one budgets
-# commit with. callable(instance) -> Decimal dollars per hour.
-PORTAL_INSTANCE_RATE = "billing.budgets.host_rate_per_hour"
-# Why a host's cost is not its seconds times its rate, in a sentence (the free interrupted spot
-# hour, the minute minimum): billing's rules. callable(instances, *, now) -> {pk: str}.
-PORTAL_INSTANCE_COST_NOTES = "billing.metering.cost_notes"
 # --- end of billing settings -----------------------------------------------------------------

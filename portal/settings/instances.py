@@ -220,12 +220,6 @@ PORTAL_LEASE_WARN_SECONDS = env_int(
 PORTAL_ORDER_MAX_COUNT = env_int(
     "PORTAL_ORDER_MAX_COUNT", 8, help="The most hosts one order may ask for."
 )
-# Checks order_submit runs under the project lock, in order (quota, budget, ...); each is a
-# callable(order_request) that raises to refuse.
-ORDER_ADMISSION_CHECKS: list[str] = ["instances.services.quotas.quota_check"]
-# What an order page and the approval inbox show before an order is placed or approved: the
-# headroom of each limit, callable(order_request) -> list[instances.selectors.headroom.Headroom].
-ORDER_HEADROOM: list[str] = ["instances.services.quotas.quota_headroom"]
 # Quotas are defined in portal and counted in instances: callable(keys) -> {key: Usage} for many
 # (project id, member id or None) keys at once; and callable(values) -> (values, problems)
 # checks of the names a quota's limits use, run before a quota is saved.
@@ -238,14 +232,6 @@ PORTAL_LIMITS_MOVED: list[str] = ["instances.services.pools_retry_now"]
 PORTAL_QUOTA_CHOICES = "instances.selectors.quotas.quota_choices"
 # The badge on the Approvals link: callable(user) -> how many held orders the user may decide.
 PORTAL_APPROVALS_WAITING = "instances.selectors.orders.orders_to_decide_count"
-# The dashboard's panels, in order: callable(user, projects) -> portal.panels.Panel.
-PORTAL_DASHBOARD_PANELS: list[str] = [
-    "instances.panels.operations_panel",
-    "instances.panels.summary_panel",
-    "instances.panels.quota_panel",
-    "instances.panels.hosts_panel",
-    "instances.panels.pools_panel",
-]
 # Days an order may wait for approval before it expires (a project's policy may say otherwise).
 PORTAL_APPROVAL_EXPIRY_DAYS = env_int(
     "PORTAL_APPROVAL_EXPIRY_DAYS",

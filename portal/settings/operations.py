@@ -37,15 +37,7 @@ PORTAL_METRICS_DIR = env_str(
     "them. Set it for every process before it starts, share it between them, empty it when "
     "all have stopped. Unset: each process counts for itself.",
 )
-# Scrape-time gauges, each app's own (the ORDER_ADMISSION_CHECKS device: no upward import).
-PORTAL_METRICS_COLLECTORS: list[str] = [
-    "portal.celery_ops.collect_queues",
-    "portal.celery_ops.collect_beat",
-    "audit.metrics.collect",
-    "instances.metrics.collect_hosts",
-    "instances.metrics.collect_pools",
-    "billing.metrics.collect",
-]
+# Scrape-time gauges are each app's own, registered in its AppConfig.ready() (audit/registry.py).
 # Right after audit (which stays first, to stamp every answer with its request id): it times and
 # counts every answer of the middleware below and the views. Audit's own refusals (413, 414,
 # 431) are in the audit log, not in these counts.

@@ -1,9 +1,9 @@
 """A host's cost so far (its page, My hosts, the instances API) is what metering bills for it.
 
-The live figure comes from instances.selectors.costs, which asks billing through
-PORTAL_INSTANCE_COST: the same rules table and price histories as metering, so for every case
-the tests drive the live figure at a moment equals the metered rows at that moment, to the
-micro-dollar.
+The live figure comes from instances.selectors.costs, which asks billing through the
+registry's instance_cost slot: the same rules table and price histories as metering, so for
+every case the tests drive the live figure at a moment equals the metered rows at that moment,
+to the micro-dollar.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Billing keeps the list price history through the catalog's hooks (INSTANCE_PRICE_HOOKS),
+"""Billing keeps the list price history through the catalog's hooks (price_changed),
 not a signal: every writer of a price records it, a save behind the services waits for the
 next metering pass."""
 
@@ -7,12 +7,13 @@ from __future__ import annotations
 from datetime import timedelta
 from decimal import Decimal
 
-from django.conf import settings
 from django.contrib import admin
 from django.test import RequestFactory
 
+from audit.registry import PRICE_CHANGED
 from billing.metering import usage_meter
 from billing.models import ListPrice
+from billing.prices import list_price_record
 from instances.models import InstanceType
 
 
@@ -22,7 +23,7 @@ def history(name: str) -> list[Decimal]:
 
 
 def test_billing_records_list_prices_through_the_catalog_hook():
-    assert "billing.prices.list_price_record" in settings.INSTANCE_PRICE_HOOKS
+    assert list_price_record in list(PRICE_CHANGED)
 
 
 def test_a_synced_catalog_has_every_type_in_the_history(catalog):

@@ -1,5 +1,5 @@
-"""The catalog's writers tell other apps a list price was set through INSTANCE_PRICE_HOOKS,
-in their own transaction; nothing listens for saves behind their back."""
+"""The catalog's writers tell other apps a list price was set through the price_changed pieces
+of audit/registry.py, in their own transaction; nothing listens for saves behind their back."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from decimal import Decimal
 
 import pytest
 
+from audit.registry import PRICE_CHANGED
 from instances.models import InstanceType
 from instances.services import instance_type_save, instance_type_sync
 from instances.services.catalog import price_changed
@@ -20,23 +21,28 @@ def record(*, instance_type: InstanceType) -> None:
     HEARD.append((instance_type.name, instance_type.on_demand_price_per_hour))
 
 
+def record_again(*, instance_type: InstanceType) -> None:
+    """A second hook, to show every piece runs, in order."""
+    HEARD.append((f"again {instance_type.name}", instance_type.on_demand_price_per_hour))
+
+
 @pytest.fixture
-def heard(settings):
-    settings.INSTANCE_PRICE_HOOKS = ["tests.instances.test_price_hooks.record"]
+def heard():
     HEARD.clear()
-    yield HEARD
+    with PRICE_CHANGED.replaced({"record": record}):
+        yield HEARD
     HEARD.clear()
 
 
-def test_price_changed_runs_every_hook_named_in_settings(settings, catalog, heard):
-    settings.INSTANCE_PRICE_HOOKS = ["tests.instances.test_price_hooks.record"] * 2
-    price_changed(catalog["g5.xlarge"])
-    assert heard == [("g5.xlarge", Decimal("1.006"))] * 2
+def test_price_changed_runs_every_registered_hook_in_order(catalog, heard):
+    with PRICE_CHANGED.replaced({"record": record, "again": record_again}):
+        price_changed(catalog["g5.xlarge"])
+    assert heard == [("g5.xlarge", Decimal("1.006")), ("again g5.xlarge", Decimal("1.006"))]
 
 
-def test_no_hooks_named_means_nothing_runs(settings, catalog):
-    del settings.INSTANCE_PRICE_HOOKS
-    price_changed(catalog["g5.xlarge"])  # no error, nothing to run
+def test_no_hooks_registered_means_nothing_runs(catalog):
+    with PRICE_CHANGED.replaced({}):
+        price_changed(catalog["g5.xlarge"])  # no error, nothing to run
 
 
 def test_an_admin_edit_of_the_price_runs_the_hooks_and_other_edits_do_not(catalog, heard):

@@ -1,5 +1,5 @@
 """How pages answer a service's refusal (portal/pages.py), and the dashboard's panels, which
-each app adds through PORTAL_DASHBOARD_PANELS."""
+each app registers in audit/registry.py's dashboard_panels."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from django.contrib.sessions.middleware import SessionMiddleware
 from django.core.exceptions import ValidationError
 from django.test import RequestFactory
 
+from audit.registry import DASHBOARD_PANELS
+from instances.panels import hosts_panel
 from portal.errors import Conflict, Forbidden
 from portal.pages import form_errors, service_errors
 from portal.services import quota_set
@@ -87,15 +89,13 @@ def test_a_form_gets_each_problem_beside_its_field_and_the_rest_above():
         raise Forbidden("Not yours.")
 
 
-def test_the_dashboard_shows_the_panels_settings_list_and_no_other(
-    client, settings, alice, ada, projects
-):
+def test_the_dashboard_shows_the_registered_panels_and_no_other(client, alice, ada, projects):
     quota_set(project=projects["vision-lab"], actor=ada, max_gpus=8)
     client.force_login(alice)
     page = client.get("/dashboard/").content.decode()
     assert 'data-quota="GPUs"' in page and "live hosts of yours" in page
-    settings.PORTAL_DASHBOARD_PANELS = ["instances.panels.hosts_panel"]
-    page = client.get("/dashboard/").content.decode()
+    with DASHBOARD_PANELS.replaced({"hosts": hosts_panel}):
+        page = client.get("/dashboard/").content.decode()
     assert 'data-quota="GPUs"' not in page and "live hosts of yours" not in page
     assert 'data-project="vision-lab"' in page  # the card itself is portal's
 

@@ -47,6 +47,7 @@ set budgets                         N    N    N    N    Y   Y    Y   N   N
 choose what a budget does at 100%   N    N    N    N    Y   Y    N   N   N
 reconcile the cloud bill            N    N    N    N    Y   Y    Y   N   N
 read the whole audit log            N    N    N    N    Y   Y    N   N   N
+have audit.view_auditevent          N    N    N    N    Y   Y    N   N   N
 revoke alice's token                N    Y    N    N    Y   Y    N   N   N
 """
 
@@ -148,6 +149,8 @@ def _questions(w):
         "choose what a budget does at 100%": permissions.can_choose_budget_policy,
         "reconcile the cloud bill": permissions.can_reconcile,
         "read the whole audit log": permissions.can_read_audit_log,
+        # Asked as Django's permission by audit (portal.backends.RoleBackend answers it).
+        "have audit.view_auditevent": lambda u: u.has_perm("audit.view_auditevent"),
         "revoke alice's token": lambda u: permissions.can_revoke_token(u, token),
     }
 
@@ -243,3 +246,17 @@ def test_an_account_deactivated_mid_session_loses_everything_at_once(world):
     assert not permissions.can_manage(mia, world.vision)
     assert not permissions.can_see_project(mia, world.vision)
     assert list(permissions.visible_projects(mia)) == []
+
+
+def test_a_permission_granted_to_one_user_does_not_widen_what_the_role_allows(world):
+    """The role backend's no is final: alice given audit.view_auditevent in the Django admin
+    still reads only her own activity, as the audit pages ask has_perm."""
+    from django.contrib.auth.models import Permission
+
+    alice = world.people["alice"]
+    alice.user_permissions.add(
+        Permission.objects.get(content_type__app_label="audit", codename="view_auditevent")
+    )
+    alice = User.objects.get(pk=alice.pk)  # no cached permissions
+    assert not alice.has_perm("audit.view_auditevent")
+    assert alice.has_perm("audit.view_auditevent") is permissions.can_read_audit_log(alice)

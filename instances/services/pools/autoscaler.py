@@ -9,7 +9,7 @@ is missing, end what is surplus.
 - Reads are bulk, a fixed number of queries whatever the number of pools and hosts; only
   work adds queries (a pool that launches is admitted under its project lock, as an order is;
   each host ended is a transition).
-- A launch passes ORDER_ADMISSION_CHECKS (quota, budget) through admission_refusal(); a refusal
+- A launch passes the admission checks (quota, budget) through admission_refusal(); a refusal
   launches what fits, records the reason as a pool event, and waits with a doubling backoff
   (one notice per streak of refusals). Only the refused market waits: a budget that blocks
   on-demand leaves the pool's spot launches and spot replacements going.

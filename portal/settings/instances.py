@@ -226,18 +226,6 @@ ORDER_ADMISSION_CHECKS: list[str] = ["instances.services.quotas.quota_check"]
 # What an order page and the approval inbox show before an order is placed or approved: the
 # headroom of each limit, callable(order_request) -> list[instances.selectors.headroom.Headroom].
 ORDER_HEADROOM: list[str] = ["instances.services.quotas.quota_headroom"]
-# Quotas are defined in portal and counted in instances: callable(keys) -> {key: Usage} for many
-# (project id, member id or None) keys at once; and callable(values) -> (values, problems)
-# checks of the names a quota's limits use, run before a quota is saved.
-PORTAL_QUOTA_USAGE = "instances.selectors.quotas.live_usage"
-PORTAL_QUOTA_VALIDATORS: list[str] = ["instances.services.quotas.quota_catalog_problems"]
-# Run when a project's limits change (its quota set or removed, its budget set or removed), in
-# the changing transaction: callable(project=...). The pools held by a refusal retry at once.
-PORTAL_LIMITS_MOVED: list[str] = ["instances.services.pools_retry_now"]
-# The names the Quotas page offers in its rows: callable() -> portal.quota_rows.QuotaChoices.
-PORTAL_QUOTA_CHOICES = "instances.selectors.quotas.quota_choices"
-# The badge on the Approvals link: callable(user) -> how many held orders the user may decide.
-PORTAL_APPROVALS_WAITING = "instances.selectors.orders.orders_to_decide_count"
 # The dashboard's panels, in order: callable(user, projects) -> portal.panels.Panel.
 PORTAL_DASHBOARD_PANELS: list[str] = [
     "instances.panels.operations_panel",

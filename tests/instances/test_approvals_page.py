@@ -9,9 +9,8 @@ import pytest
 from django.test import Client
 
 from billing.budgets import budget_set
-from instances.models import Order
-from portal.models import ApprovalPolicy
-from portal.services import quota_set
+from instances.models import ApprovalPolicy, Order
+from instances.services import quota_set
 
 pytestmark = pytest.mark.django_db
 

@@ -13,9 +13,9 @@ from django.contrib.sessions.middleware import SessionMiddleware
 from django.core.exceptions import ValidationError
 from django.test import RequestFactory
 
+from instances.services import quota_set
 from portal.errors import Conflict, Forbidden
 from portal.pages import form_errors, service_errors
-from portal.services import quota_set
 
 
 def a_request(headers: dict | None = None):

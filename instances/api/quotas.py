@@ -20,9 +20,12 @@ from instances.api.idle import IdlePolicyActions
 from instances.models import Quota, QuotaChange, QuotaRequest
 from instances.selectors.quotas import Usage, usage_of
 from instances.services.quotas import (
+    QUOTA_LIMIT_MOST,
+    QUOTA_LIMITS_LEAST,
     QUOTA_REQUEST_GPUS_RULE,
     QUOTA_REQUEST_MOST_GPUS,
     quota_delete,
+    quota_limit_rule,
     quota_request_decide,
     quota_request_open,
     quota_set,
@@ -53,6 +56,19 @@ class QuotaListSerializer(serializers.ListSerializer):
         return super().to_representation(rows)
 
 
+class QuotaLimitField(serializers.IntegerField):
+    """A counted limit (null: no limit). What it holds is checked by quota_set, the one rule
+    (quota_limit_rule), so the API refuses a bad limit with the service's own code and
+    sentence; the range is only declared here, for the schema."""
+
+    def __init__(self, name: str, **kwargs):
+        kwargs.setdefault("error_messages", {"invalid": quota_limit_rule(name)})
+        kwargs.setdefault("help_text", Quota._meta.get_field(name).help_text or None)
+        super().__init__(allow_null=True, required=False, **kwargs)
+        # Set after __init__, so DRF adds no validator of its own with other words.
+        self.min_value, self.max_value = QUOTA_LIMITS_LEAST[name], QUOTA_LIMIT_MOST
+
+
 class QuotaSerializer(StrictModelSerializer):
     project = LookupField(
         slug_field="slug",
@@ -67,6 +83,9 @@ class QuotaSerializer(StrictModelSerializer):
         required=False,
         allow_null=True,
     )
+    max_gpus = QuotaLimitField("max_gpus")
+    max_instances = QuotaLimitField("max_instances")
+    max_lease_hours = QuotaLimitField("max_lease_hours")
     # Bounded here too, so that the schema says so and an oversized body is refused before
     # any of it is looked at; quota_set checks the same for every caller.
     max_gpus_by_model = BoundedDictField(

@@ -148,6 +148,25 @@ def quota_catalog_problems(values: dict) -> tuple[dict, dict[str, str]]:
 
 
 QUOTA_FIELDS = tuple(Quota.FIELDS)
+# The counted limits and the least each may be (a longest lease of 0 h would refuse every
+# order); the most is what the column holds.
+QUOTA_LIMITS_LEAST = {"max_gpus": 0, "max_instances": 0, "max_lease_hours": 1}
+QUOTA_LIMIT_MOST = 2_147_483_647
+_LIMIT_WORDS = {
+    "max_gpus": "the GPU limit",
+    "max_instances": "the host limit",
+    "max_lease_hours": "the longest lease in hours",
+}
+
+
+def quota_limit_rule(name: str) -> str:
+    """The sentence that refuses a bad counted limit (``max_gpus``, ``max_instances``,
+    ``max_lease_hours``): quota_set says it, and the Quotas page's form and the API's
+    serializer say it for what they cannot parse, so every caller reads the same words."""
+    return (
+        f"Give {_LIMIT_WORDS[name]} as a whole number from {QUOTA_LIMITS_LEAST[name]} to "
+        f"{QUOTA_LIMIT_MOST:,}, or leave it empty for no limit."
+    )
 
 
 def limits_moved(project: Project) -> None:
@@ -289,11 +308,17 @@ def _whole(value) -> bool:
 
 def quota_values_clean(values: dict) -> dict:
     """The quota values given, checked field by field, with repeated names dropped and names
-    spelt as the catalog spells them; refuses (ValidationError by field) a wrong shape, more
-    than ``Quota.MAX_NAMES`` entries, or a name the catalog does not offer."""
+    spelt as the catalog spells them; refuses (ValidationError by field) a counted limit that
+    is not a whole number in its range (quota_limit_rule), a wrong shape, more than
+    ``Quota.MAX_NAMES`` entries, or a name the catalog does not offer. The one check of a
+    quota's values: the page and the API leave it to this."""
     values = dict(values)
     top = Quota.MAX_NAMES
     problems: dict[str, str] = {}
+    for name, least in QUOTA_LIMITS_LEAST.items():
+        value = values.get(name)
+        if value is not None and not (_whole(value) and least <= value <= QUOTA_LIMIT_MOST):
+            problems[name] = quota_limit_rule(name)
     too_many = f"Give at most {top}; the catalog offers fewer."
     if "max_gpus_by_model" in values:
         by_model = values["max_gpus_by_model"]

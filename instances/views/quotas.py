@@ -24,7 +24,9 @@ from instances.selectors.quotas import (
 )
 from instances.services.approvals import approval_policy_set
 from instances.services.quotas import (
+    QUOTA_LIMITS_LEAST,
     QUOTA_REQUEST_MOST_GPUS,
+    quota_limit_rule,
     quota_request_decide,
     quota_request_open,
     quota_set,
@@ -34,13 +36,24 @@ from portal.models import Project
 from portal.pages import forbidden, form_errors, mark_invalid, service_errors
 
 
+def _limit_field(name: str, *, label: str) -> forms.IntegerField:
+    return forms.IntegerField(
+        required=False,
+        label=label,
+        widget=forms.NumberInput(attrs={"min": QUOTA_LIMITS_LEAST[name]}),
+        error_messages={"invalid": quota_limit_rule(name)},
+    )
+
+
 class QuotaForm(forms.Form):
     """Quota limits as an admin sets them; empty means no limit. GPUs per model and markets
     per type are rows of selects offering the catalog's names (instances.forms)."""
 
-    max_gpus = forms.IntegerField(required=False, min_value=0, label="GPUs in total")
-    max_instances = forms.IntegerField(required=False, min_value=0, label="Hosts")
-    max_lease_hours = forms.IntegerField(required=False, min_value=1, label="Longest lease (h)")
+    # What a counted limit may be is quota_set's to say (quota_limit_rule); the form only
+    # parses a number, and the browser is told the least.
+    max_gpus = _limit_field("max_gpus", label="GPUs in total")
+    max_instances = _limit_field("max_instances", label="Hosts")
+    max_lease_hours = _limit_field("max_lease_hours", label="Longest lease (h)")
     allowed_instance_types = TypesField(
         label="Allowed types", none="All types", help_text="none ticked allows every type"
     )

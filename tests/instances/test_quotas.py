@@ -1,4 +1,4 @@
-"""Quotas: defined in portal, enforced when orders are placed, counted from live hosts."""
+"""Quotas: set by admins, enforced when orders are placed, counted from live hosts."""
 
 from __future__ import annotations
 

@@ -26,11 +26,11 @@ from billing.money import SECONDS_PER_HOUR, dollars, micros
 from billing.rules import month_end, month_of, next_month
 from instances.models import Instance, Market
 from instances.selectors.headroom import Headroom
-from instances.services import instance_system_stop, pools_budget_stop
+from instances.services import instance_system_stop, limits_moved, pools_budget_stop
 from portal import permissions
 from portal.errors import Conflict, Forbidden
 from portal.models import Notice, Project, User
-from portal.services import limits_moved, notice_send, notices_close
+from portal.services import notice_send, notices_close
 from portal.templatetags.portal_tags import usd as usd_filter
 
 # Hosts that cost money now or will as soon as the cloud starts them.

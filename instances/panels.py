@@ -12,14 +12,13 @@ from datetime import timedelta
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from instances.models import Instance, Order
+from instances.models import Instance, Order, Quota
 from instances.selectors.orders import orders_to_decide
 from instances.selectors.pools import pools_overview
-from instances.selectors.quotas import holders_of, live_usage
+from instances.selectors.quotas import bars, holders_of, live_usage
 from portal import permissions
-from portal.models import Project, Quota, User
+from portal.models import Project, User
 from portal.panels import Panel
-from portal.quotas import bars
 
 
 def summary_panel(user: User, projects: list[Project]) -> Panel | None:

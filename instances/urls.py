@@ -1,8 +1,9 @@
-"""The instances app's pages: catalog, ordering, My hosts, a host, pools, the approval inbox."""
+"""The instances app's pages: catalog, ordering, My hosts, a host, pools, the approval inbox,
+the Quotas page and requests for more, and a project's approval and idle policies."""
 
 from django.urls import path
 
-from instances.views import catalog, hosts, orders, pools
+from instances.views import approvals, catalog, hosts, idle, orders, pools, quotas
 
 urlpatterns = [
     path("approvals/", orders.approvals, name="approvals"),
@@ -38,5 +39,20 @@ urlpatterns = [
         "pools/<uuid:pk>/schedules/<int:sid>/delete/",
         pools.schedule_remove,
         name="pool-schedule-delete",
+    ),
+    path("quotas/", quotas.quotas_page, name="quotas"),
+    path(
+        "quotas/requests/<int:pk>/<str:decision>/",
+        quotas.quota_request_decide_page,
+        name="quota-request-answer",
+    ),
+    path("quotas/<slug:slug>/", quotas.quota_save, name="quota-save"),
+    path("quotas/<slug:slug>/request/", quotas.quota_request_page, name="quota-request"),
+    path("quotas/<slug:slug>/policy/", quotas.policy_save, name="policy-save"),
+    path("projects/<slug:slug>/idle-policy/", idle.idle_policy_page, name="idle-policy"),
+    path(
+        "projects/<slug:slug>/approval-policy/",
+        approvals.approval_policy_page,
+        name="approval-policy",
     ),
 ]

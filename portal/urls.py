@@ -14,20 +14,14 @@ from instances.api import (
     InstanceViewSet,
     OrderViewSet,
     PoolViewSet,
+    ProjectViewSet,
+    QuotaRequestViewSet,
+    QuotaViewSet,
 )
 from instances.api.telemetry import InstanceMetricsView
 from portal import metrics_http
-from portal.api import ProjectViewSet, QuotaRequestViewSet, QuotaViewSet, TokenViewSet
-from portal.views import (
-    account,
-    approval,
-    dashboard,
-    health,
-    idle,
-    notices,
-    quota_requests,
-    quotas,
-)
+from portal.api import TokenViewSet
+from portal.views import account, dashboard, health, notices
 
 
 class ApiSchemaView(SpectacularAPIView):
@@ -77,25 +71,10 @@ urlpatterns = [
     path("health/", health.health, name="health"),
     path("metrics", metrics_http.metrics, name="metrics"),
     path("dashboard/", dashboard.dashboard, name="dashboard"),
-    path("quotas/", quotas.quotas_page, name="quotas"),
-    path(
-        "quotas/requests/<int:pk>/<str:decision>/",
-        quota_requests.quota_request_decide_page,
-        name="quota-request-answer",
-    ),
-    path("quotas/<slug:slug>/", quotas.quota_save, name="quota-save"),
-    path("quotas/<slug:slug>/request/", quota_requests.quota_request_page, name="quota-request"),
-    path("quotas/<slug:slug>/policy/", quotas.policy_save, name="policy-save"),
-    path("projects/<slug:slug>/idle-policy/", idle.idle_policy_page, name="idle-policy"),
-    path(
-        "projects/<slug:slug>/approval-policy/",
-        approval.approval_policy_page,
-        name="approval-policy",
-    ),
     path("account/tokens/", account.tokens_page, name="tokens"),
     path("notices/", notices.notices_page, name="notices"),
     path("notices/<int:pk>/dismiss/", notices.notice_dismiss_page, name="notice-dismiss"),
-    path("", include("instances.urls")),  # catalog, ordering, hosts, approvals
+    path("", include("instances.urls")),  # catalog, ordering, hosts, approvals, quotas
     path("", include("audit.urls")),
     path("", include("billing.urls")),  # costs, budgets, reconciliation
     path("admin/", admin.site.urls),

@@ -79,8 +79,9 @@ def world(running_host, place_order, alice, bob, carol, ada, fin, projects, cata
     from audit.models import AuditEvent
     from billing.budgets import budget_set
     from instances.models import Image, InstanceType
+    from instances.services import approval_policy_set, quota_set
     from portal.models import ApiToken
-    from portal.services import approval_policy_set, quota_set, token_issue
+    from portal.services import token_issue
 
     host = running_host()
     approval_policy_set(project=projects["vision-lab"], actor=ada, gpus_above=4)

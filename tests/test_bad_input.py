@@ -15,8 +15,7 @@ import pytest
 from axes.models import AccessAttempt
 
 from audit.models import AuditEvent
-from instances.models import Order
-from portal.models import Quota
+from instances.models import Order, Quota
 from tests.conftest import ED25519, PASSWORD
 
 pytestmark = pytest.mark.django_db
@@ -129,7 +128,7 @@ LONE_VALUE = '{"market": "spot\\udc00"}'
 
 @pytest.fixture
 def surrogate_targets(world, place_order):
-    from portal.services import quota_set
+    from instances.services import quota_set
 
     order = place_order(world["alice"], market="spot")
     quota = quota_set(project=order.project, actor=world["ada"], max_gpus=8)

@@ -11,9 +11,9 @@ from datetime import timedelta
 import pytest
 
 from instances import services
-from instances.models import GpuReading, Instance
-from portal.models import ApiToken, IdlePolicy, Quota
-from portal.services import quota_set
+from instances.models import GpuReading, IdlePolicy, Instance, Quota
+from instances.services import quota_set
+from portal.models import ApiToken
 from tests.conftest import PASSWORD
 from tests.instances.pool_helpers import make_pool  # noqa: F401
 

@@ -14,17 +14,12 @@ from django.utils import timezone
 from audit.services import audit_record_system
 from billing.budgets import budget_set
 from instances import services
-from instances.models import Image, InstanceType, Order, Pool, PoolEvent
+from instances.models import Image, InstanceType, Order, Pool, PoolEvent, QuotaRequest
+from instances.services import quota_request_open, quota_set
 from instances.services.pools.lifecycle import pool_event
-from portal.models import Membership, QuotaRequest
+from portal.models import Membership
 from portal.rest import Pagination
-from portal.services import (
-    membership_set,
-    project_upsert,
-    quota_request_open,
-    quota_set,
-    token_issue,
-)
+from portal.services import membership_set, project_upsert, token_issue
 from portal.urls import router
 from tests.conftest import ED25519
 

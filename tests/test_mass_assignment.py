@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 from django.forms.models import model_to_dict
 
-from instances.models import Instance, Order
-from portal.models import ApiToken, Quota
-from portal.services import quota_set, token_issue
+from instances.models import Instance, Order, Quota
+from instances.services import quota_set
+from portal.models import ApiToken
+from portal.services import token_issue
 from tests.conftest import PASSWORD
 
 FORBIDDEN_ORDER_FIELDS = {

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from instances import services
-from portal.models import Quota
-from portal.services import quota_set
+from instances.models import Quota
+from instances.services import quota_set
 from tests.instances.pool_helpers import make_pool  # noqa: F401
 
 # Per PATCH path: a value for each field it accepts, each unlike the one the object starts

@@ -20,14 +20,8 @@ from django.urls import URLResolver, get_resolver, reverse
 from audit.models import AuditEvent
 from instances import services
 from instances.models import Image
-from portal.services import (
-    approval_policy_set,
-    idle_policy_set,
-    notice_send,
-    quota_request_open,
-    quota_set,
-    token_issue,
-)
+from instances.services import approval_policy_set, idle_policy_set, quota_request_open, quota_set
+from portal.services import notice_send, token_issue
 from tests.conftest import ED25519, PASSWORD
 
 PERSONAS = ("alice", "bob", "carol", "ada", "fin", "anonymous")

@@ -1,8 +1,10 @@
 """The instances app's tables, one module per topic: catalog (instance types, images), orders,
 hosts (Instance, its events and the ACTIONS table), pools, telemetry (GPU readings, agent
-credentials), leases (lease warnings sent) and simulated (the simulated cloud's own table);
+credentials), leases (lease warnings sent), quotas (quotas, their history, requests for more),
+approvals (approval policies), idle (idle policies) and simulated (the simulated cloud's own table);
 fields holds the field shapes they share. Import them from here."""
 
+from instances.models.approvals import ApprovalPolicy
 from instances.models.catalog import (
     SPOT_PRICE_FLOOR_SHARE,
     SPOT_PRICE_STALE_AFTER,
@@ -19,6 +21,7 @@ from instances.models.hosts import (
     InstanceEvent,
     InstanceQuerySet,
 )
+from instances.models.idle import IdlePolicy
 from instances.models.leases import LeaseNotice
 from instances.models.orders import (
     InterruptionPolicy,
@@ -28,6 +31,13 @@ from instances.models.orders import (
     ProjectScopedQuerySet,
 )
 from instances.models.pools import Pool, PoolEvent, PoolQuerySet, PoolSample, PoolSchedule
+from instances.models.quotas import (
+    Quota,
+    QuotaChange,
+    QuotaLimit,
+    QuotaRequest,
+    QuotaRequestQuerySet,
+)
 from instances.models.simulated import SimulatedHost
 from instances.models.telemetry import GpuHourlyReading, GpuReading, HostAgentCredential
 
@@ -36,9 +46,11 @@ __all__ = [
     "SPOT_PRICE_FLOOR_SHARE",
     "SPOT_PRICE_STALE_AFTER",
     "TASK_OF_STATUS",
+    "ApprovalPolicy",
     "GpuHourlyReading",
     "GpuReading",
     "HostAgentCredential",
+    "IdlePolicy",
     "Image",
     "Instance",
     "InstanceAction",
@@ -57,6 +69,11 @@ __all__ = [
     "PoolSample",
     "PoolSchedule",
     "ProjectScopedQuerySet",
+    "Quota",
+    "QuotaChange",
+    "QuotaLimit",
+    "QuotaRequest",
+    "QuotaRequestQuerySet",
     "SimulatedHost",
     "validate_image_ids",
 ]

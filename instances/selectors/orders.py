@@ -23,7 +23,7 @@ def orders_to_decide(user) -> QuerySet:
 
 
 def orders_to_decide_count(user) -> int:
-    """The PORTAL_APPROVALS_WAITING hook: the number on the Approvals link."""
+    """The number on the Approvals link (instances/templatetags/instances_tags.py)."""
     return orders_to_decide(user).count()
 
 

@@ -1,6 +1,7 @@
 """instances/selectors/quotas.py: what each project (or member) holds against its quotas,
-counted from live instance rows: GPUs and hosts by key, who holds them, and the names the Quotas
-page offers (the PORTAL_QUOTA_USAGE and PORTAL_QUOTA_CHOICES hooks).
+counted from live instance rows: GPUs and hosts by key, who holds them, the longest lease a
+quota allows, the names the Quotas page offers, and quotas as people see them (bars against
+each limit, the history in words).
 
 Usage is counted from live instance rows, never kept as a running total: a host that ends,
 however it ends, leaves the live set exactly once, so there is nothing to release and nothing
@@ -10,19 +11,39 @@ to drift. The quota check (instances/services/quotas.py) counts under the projec
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from django.db.models import Count, F, Sum
+from django.conf import settings
+from django.db.models import Count, F, Q, Sum
+from django.utils.text import capfirst
 
-from instances.models import Instance, InstanceType
+from instances.models import Instance, InstanceType, Quota
 from portal.models import Project, User
-from portal.quota_rows import QuotaChoices
-from portal.quotas import Key, Usage
+
+Key = tuple[int, int | None]
+
+
+@dataclass
+class Usage:
+    """GPUs and hosts a project (or one member in it) holds now."""
+
+    gpus: int = 0
+    instances: int = 0
+    gpus_by_model: Counter = field(default_factory=Counter)
+
+
+@dataclass(frozen=True)
+class QuotaChoices:
+    """The names a quota's rows may use: the catalog's GPU models and instance types."""
+
+    gpu_models: list[str]
+    instance_types: list[str]
 
 
 def live_usage(keys: Iterable[Key]) -> dict[Key, Usage]:
-    """The PORTAL_QUOTA_USAGE hook: GPUs and hosts held now for each ``(project id, member id or
+    """GPUs and hosts held now for each ``(project id, member id or
     None)``, in one query however many keys. Every live host counts, stopped ones too, since
     they may start again without asking."""
     keys = list(keys)
@@ -44,6 +65,16 @@ def live_usage(keys: Iterable[Key]) -> dict[Key, Usage]:
                 used.gpus += row["gpus"]
                 used.gpus_by_model[row["model"]] += row["gpus"]
     return found
+
+
+def usage_of(keys: Iterable[Key]) -> dict[Key, Usage]:
+    """What is in use for each ``(project id, member id or None)``, in one query; a key
+    with no live host holds nothing."""
+    keys = list(dict.fromkeys(keys))
+    if not keys:
+        return {}
+    found = live_usage(keys)
+    return {key: found.get(key) or Usage() for key in keys}
 
 
 def usage(*, project: Project, user: User | None = None) -> Usage:
@@ -104,10 +135,134 @@ def holders_of(project_ids: Iterable[int]) -> dict[int, list[Holder]]:
 
 
 def quota_choices() -> QuotaChoices:
-    """The PORTAL_QUOTA_CHOICES hook: the GPU models and instance types the catalog offers,
+    """The GPU models and instance types the catalog offers (the Quotas page's rows):
     the names quota_catalog_problems accepts."""
     offered = InstanceType.objects.offered()
     return QuotaChoices(
         gpu_models=sorted(set(offered.values_list("gpu_model", flat=True))),
         instance_types=sorted(offered.values_list("name", flat=True)),
     )
+
+
+def quota_who(quota: Quota) -> str:
+    if quota.user_id:
+        return f"{quota.user.username} in {quota.project.slug}"
+    return quota.project.slug
+
+
+def longest_lease(*, project: Project, user: User) -> tuple[int, str]:
+    """The longest lease, in hours from when the host first runs, a host of ``user`` in
+    ``project`` may have, and whose limit that is: PORTAL_LEASE_MAX_HOURS, or a shorter max
+    lease of the project's quota or of the user's own quota in it."""
+    hours, whose = settings.PORTAL_LEASE_MAX_HOURS, "the portal's longest lease"
+    quotas = (
+        Quota.objects.filter(project=project, max_lease_hours__isnull=False)
+        .filter(Q(user__isnull=True) | Q(user=user))
+        .select_related("user", "project")
+    )
+    for quota in quotas:
+        if quota.max_lease_hours < hours:
+            hours, whose = quota.max_lease_hours, f"the quota of {quota_who(quota)}"
+    return hours, whose
+
+
+def bars(quota: Quota | None, used: Usage) -> list[dict]:
+    """One bar per counted limit the quota sets (used / limit)."""
+    if quota is None:
+        return []
+    shown = []
+    for limit in quota.limits(used):
+        if limit.limit == 0:
+            percent = 100 if limit.in_use else 0
+        else:
+            percent = int(min(100, limit.in_use * 100 / limit.limit))
+        shown.append(
+            {
+                "label": capfirst(limit.label),
+                "limit": limit.limit,
+                "used": limit.in_use,
+                "percent": percent,
+                "over": limit.over,
+                "level": "over" if limit.over else "high" if percent >= 80 else "ok",
+            }
+        )
+    return shown
+
+
+MARKET_NAMES = {"on_demand": "On-demand", "spot": "Spot"}
+_COUNTED = {
+    "max_gpus": ("GPU limit", ""),
+    "max_instances": ("Host limit", ""),
+    "max_lease_hours": ("Longest lease", " h"),
+}
+
+
+def change_in_words(change) -> str:
+    """A quota change as sentences people read: 'GPU limit raised from 16 to 32. Spot no
+    longer allowed for p5.48xlarge.' A limit that stays unset (missing before, empty after) is
+    no change."""
+    if change.before and not change.after:
+        return "Quota removed: no limits."
+    before, after = change.before, change.after
+    sentences = []
+    for name, (label, unit) in _COUNTED.items():
+        sentences += _counted(label, before.get(name), after.get(name), unit)
+    old_models, new_models = (
+        before.get("max_gpus_by_model") or {},
+        after.get("max_gpus_by_model") or {},
+    )
+    for model in sorted(set(old_models) | set(new_models)):
+        sentences += _counted(f"{model} GPU limit", old_models.get(model), new_models.get(model))
+    sentences += _types_words(
+        before.get("allowed_instance_types"), after.get("allowed_instance_types")
+    )
+    old_markets, new_markets = (
+        before.get("allowed_markets") or {},
+        after.get("allowed_markets") or {},
+    )
+    for type_name in sorted(set(old_markets) | set(new_markets)):
+        # A type without an entry may run on every market.
+        was = set(old_markets.get(type_name) or MARKET_NAMES)
+        now = set(new_markets.get(type_name) or MARKET_NAMES)
+        for market in sorted(was - now):
+            sentences.append(
+                f"{MARKET_NAMES.get(market, market)} no longer allowed for {type_name}"
+            )
+        for market in sorted(now - was):
+            sentences.append(f"{MARKET_NAMES.get(market, market)} allowed again for {type_name}")
+    if not sentences:
+        return "Quota set, with no limits." if not before else "No limit changed."
+    return ". ".join(sentences) + "."
+
+
+def _counted(label: str, was, now, unit: str = "") -> list[str]:
+    if was == now:
+        return []
+    if was is None:
+        return [f"{label} set to {now}{unit}"]
+    if now is None:
+        return [f"{label} removed (was {was}{unit})"]
+    verb = "raised" if now > was else "lowered"
+    return [f"{label} {verb} from {was}{unit} to {now}{unit}"]
+
+
+def _types_words(was, now) -> list[str]:
+    was, now = list(was or []), list(now or [])
+    if set(was) == set(now):
+        return []
+    if not was:
+        return [f"Only {_listed(now)} allowed (was every type)"]
+    if not now:
+        return [f"Every type allowed (was only {_listed(was)})"]
+    words = []
+    added, removed = [t for t in now if t not in was], [t for t in was if t not in now]
+    if added:
+        words.append(f"{_listed(added)} added to the allowed types")
+    if removed:
+        words.append(f"{_listed(removed)} no longer allowed")
+    return words
+
+
+def _listed(names: list[str]) -> str:
+    names = sorted(names)
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]

@@ -3,16 +3,17 @@ services are the only writers), one module per topic, every public function re-e
 
 - catalog: instance types and images from the cloud, spot prices seen, price hooks
 - orders: estimate, validate, admit and place an order; the hosts it creates
-- approvals: approve, reject, cancel, expire held orders
+- approvals: approve, reject, cancel, expire held orders; the approval policy
 - transitions: the order and host state machines (the only writers of status)
 - hosts: what users ask of a host (stop, start, terminate)
 - cloud: the worker side, talking to the cloud and recording what it said
 - reconcile: the loop that repairs lost and doubled work
 - leases: warnings before a lease ends, extensions, hosts whose lease ended
 - telemetry: GPU readings in (simulated cloud, host agents), kept per minute then per hour
-- idle: the idle stop, its warning and Keep running
+- idle: the idle stop, its warning and Keep running; the idle policy
 - spot_recovery: spot interruption warnings, replacement hosts by the order's policy
-- quotas: the quota admission check, its headroom, the longest lease, quota names checked
+- quotas: quotas set and deleted (the one check of their values), requests for more, the
+  admission check, its headroom, quota names checked against the catalog
 - pools/: lifecycle (create, change, delete, held raises), checks (sizes, the launch order),
   schedules (scheduled actions), plan (pure: what a pass launches and ends) and autoscaler
   (the beat pass that sizes every pool)
@@ -24,6 +25,9 @@ Reads live in instances/selectors/; who may do what in portal/permissions.py.
 from __future__ import annotations
 
 from instances.services.approvals import (
+    APPROVAL_EXPIRY_MAX_DAYS,
+    APPROVAL_POLICY_FIELDS,
+    approval_policy_set,
     order_approve,
     order_cancel,
     order_reject,
@@ -59,8 +63,10 @@ from instances.services.hosts import (
     instances_request_action,
 )
 from instances.services.idle import (
+    IDLE_POLICY_FIELDS,
     IdleReport,
     idle_check,
+    idle_policy_set,
     instance_keep_running,
 )
 from instances.services.leases import (
@@ -107,6 +113,21 @@ from instances.services.pools.schedules import (
 from instances.services.queue import (
     enqueue,
 )
+from instances.services.quotas import (
+    QUOTA_FIELDS,
+    QUOTA_REQUEST_GPUS_RULE,
+    QUOTA_REQUEST_MOST_GPUS,
+    QuotaExceeded,
+    limits_moved,
+    quota_check,
+    quota_delete,
+    quota_headroom,
+    quota_request_decide,
+    quota_request_open,
+    quota_request_topic,
+    quota_set,
+    quota_values_clean,
+)
 from instances.services.reconcile import (
     GAVE_UP,
     REENQUEUED,
@@ -143,8 +164,14 @@ from instances.services.transitions import (
 )
 
 __all__ = [
+    "APPROVAL_EXPIRY_MAX_DAYS",
+    "APPROVAL_POLICY_FIELDS",
     "FAILURE_ADVICE",
     "GAVE_UP",
+    "IDLE_POLICY_FIELDS",
+    "QUOTA_FIELDS",
+    "QUOTA_REQUEST_GPUS_RULE",
+    "QUOTA_REQUEST_MOST_GPUS",
     "REENQUEUED",
     "AutoscaleReport",
     "Estimate",
@@ -154,6 +181,7 @@ __all__ = [
     "IngestReport",
     "LeaseLimitExceeded",
     "OrderRequest",
+    "QuotaExceeded",
     "Reading",
     "ReconcileReport",
     "SyncReport",
@@ -162,12 +190,14 @@ __all__ = [
     "agent_authenticate",
     "agent_credential_issue",
     "approval_needed",
+    "approval_policy_set",
     "approvers_ask",
     "audit_change",
     "autoscale",
     "enqueue",
     "failure_reason",
     "idle_check",
+    "idle_policy_set",
     "image_save",
     "image_upsert",
     "instance_action_refused",
@@ -198,6 +228,7 @@ __all__ = [
     "launch_request",
     "leases_expire",
     "leases_warn",
+    "limits_moved",
     "order_admit",
     "order_approve",
     "order_cancel",
@@ -219,6 +250,14 @@ __all__ = [
     "pool_update",
     "pools_budget_stop",
     "pools_retry_now",
+    "quota_check",
+    "quota_delete",
+    "quota_headroom",
+    "quota_request_decide",
+    "quota_request_open",
+    "quota_request_topic",
+    "quota_set",
+    "quota_values_clean",
     "reading_problem",
     "readings_ingest",
     "reconcile",

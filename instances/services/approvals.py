@@ -1,4 +1,5 @@
-"""Deciding held orders: approve (the admission checks run again), reject, cancel, expire."""
+"""Deciding held orders: approve (the admission checks run again), reject, cancel, expire; and
+the project's approval policy that decides which orders are held."""
 
 from __future__ import annotations
 
@@ -11,11 +12,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from instances.models import (
+    ApprovalPolicy,
     Order,
     Pool,
+    Quota,
 )
 from instances.services.orders import order_admit, order_instances_create, order_request_of
 from instances.services.pools.lifecycle import pool_order_decided
+from instances.services.quotas import _refuse, _whole, quota_catalog_problems
 from instances.services.transitions import (
     IllegalTransition,
     actor_of,
@@ -24,7 +28,7 @@ from instances.services.transitions import (
 )
 from portal import permissions
 from portal.errors import Conflict, Forbidden
-from portal.models import User
+from portal.models import Project, User
 from portal.services import notice_send
 
 log = logging.getLogger(__name__)
@@ -189,3 +193,68 @@ def orders_expire(*, now: datetime | None = None) -> list[str]:
             )
         expired.append(str(order.pk))
     return expired
+
+
+# --- the approval policy ------------------------------------------------------------------
+
+APPROVAL_POLICY_FIELDS = (
+    "gpus_above",
+    "instance_types",
+    "on_demand_price_above",
+    "expire_after_days",
+)
+APPROVAL_EXPIRY_MAX_DAYS = 60
+
+
+@transaction.atomic
+def approval_policy_set(*, project: Project, actor: User, **values) -> ApprovalPolicy:
+    """Set which orders of the project wait for a yes (the Quotas page, the project's approval
+    policy page and the API all call this). Only the fields given change."""
+    unknown = set(values) - set(APPROVAL_POLICY_FIELDS)
+    if unknown:
+        _refuse(
+            {name: "Not an approval policy field." for name in sorted(unknown)}, "unknown_field"
+        )
+    if not permissions.can_set_approval_policy(actor, project):
+        raise Forbidden("Only admins and the project's managers change its approval policy.")
+    values = _approval_values_clean(values)
+    policy, _ = ApprovalPolicy.objects.select_for_update().get_or_create(project=project)
+    for name, value in values.items():
+        setattr(policy, name, value)
+    policy.updated_by = actor
+    policy.full_clean()
+    policy.save()
+    return policy
+
+
+def _approval_values_clean(values: dict) -> dict:
+    """The policy's values as given, checked as quota_values_clean checks a quota's: each type
+    once, at most Quota.MAX_NAMES of them, each in the catalog."""
+    values = dict(values)
+    problems: dict[str, str] = {}
+    if "instance_types" in values:
+        names = values["instance_types"]
+        if not isinstance(names, list) or not all(isinstance(v, str) for v in names):
+            problems["instance_types"] = 'Give a list of type names, e.g. ["p5.48xlarge"].'
+        elif len(names) > Quota.MAX_NAMES:
+            problems["instance_types"] = (
+                f"Give at most {Quota.MAX_NAMES}; the catalog offers fewer."
+            )
+        else:
+            values["instance_types"] = list(dict.fromkeys(names))
+    days = values.get("expire_after_days", 1)
+    if not _whole(days) or not 1 <= days <= APPROVAL_EXPIRY_MAX_DAYS:
+        problems["expire_after_days"] = (
+            f"A held order expires after 1 to {APPROVAL_EXPIRY_MAX_DAYS} days."
+        )
+    price = values.get("on_demand_price_above")
+    if price is not None and price < 0:
+        problems["on_demand_price_above"] = "Give a price per hour of 0 or more, or none."
+    if problems:
+        _refuse(problems, "invalid")
+    if values.get("instance_types"):
+        # The quota's catalog check, the one rule for which type names exist.
+        _, found = quota_catalog_problems({"allowed_instance_types": values["instance_types"]})
+        if found:
+            _refuse({"instance_types": found["allowed_instance_types"]}, "not_in_catalog")
+    return values

@@ -4,6 +4,7 @@ minutes is stopped (spot: terminated), after a warning its owner can answer with
 Unknown is not idle: a host without fresh readings covering the whole window is never warned,
 and a warned host whose readings stop is not stopped. Every step is a timeline event and an
 audit row by ``system:idle_stop``; one aggregate query per project with a policy per pass.
+The policy itself (idle_policy_set) is written here too.
 """
 
 from __future__ import annotations
@@ -14,17 +15,18 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Count, F, Max, Min, Q
 from django.urls import reverse
 from django.utils import timezone
 
-from instances.models import GpuReading, Instance
+from instances.models import GpuReading, IdlePolicy, Instance
 from instances.services.leases import in_words, instance_system_stop
 from instances.services.transitions import actor_of, instance_note, instance_topic
 from portal import permissions
 from portal.errors import Conflict, Forbidden
-from portal.models import IdlePolicy, User
+from portal.models import Project, User
 from portal.services import notice_send, notices_close
 
 log = logging.getLogger(__name__)
@@ -253,3 +255,43 @@ def instance_keep_running(
         )
         notices_close(topic=instance_topic(row, "idle"), reason=f"Kept running by {user.username}.")
     return row
+
+
+# --- the idle policy ------------------------------------------------------------------------
+
+IDLE_POLICY_FIELDS = (
+    "enabled",
+    "threshold_percent",
+    "idle_minutes",
+    "warning_minutes",
+    "snooze_hours",
+)
+
+
+@transaction.atomic
+def idle_policy_set(*, project: Project, actor: User, **values) -> IdlePolicy:
+    """Set when the project's hosts count as idle and are stopped (instances enforces it)."""
+    if not permissions.can_set_idle_policy(actor, project):
+        raise Forbidden("Only admins and the project's managers change its idle stop.")
+    policy = IdlePolicy.objects.select_for_update().filter(project=project).first()
+    policy = policy or IdlePolicy(project=project)
+    for name in IDLE_POLICY_FIELDS:
+        if name in values:
+            setattr(policy, name, values[name])
+    # Named by field, so that a page says each beside its input (the API lists them by field).
+    problems = {}
+    if not 1 <= policy.threshold_percent <= 100:
+        problems["threshold_percent"] = "The threshold is a GPU utilization from 1 to 100 %."
+    if not 2 <= policy.idle_minutes <= 7 * 24 * 60:
+        problems["idle_minutes"] = "The idle time is 2 minutes to a week (10080 minutes)."
+    elif not 1 <= policy.warning_minutes < policy.idle_minutes:
+        problems["warning_minutes"] = (
+            "The warning comes at least a minute before the stop, within the idle time."
+        )
+    if not 1 <= policy.snooze_hours <= 168:
+        problems["snooze_hours"] = "Keep running holds a host from 1 to 168 hours."
+    if problems:
+        raise ValidationError(problems, code="invalid")
+    policy.updated_by = actor
+    policy.save()
+    return policy

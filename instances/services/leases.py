@@ -16,9 +16,9 @@ from instances.models import (
     Instance,
     LeaseNotice,
 )
+from instances.selectors.quotas import longest_lease
 from instances.services.orders import order_admit, order_estimate, order_request_of
 from instances.services.queue import enqueue
-from instances.services.quotas import longest_lease
 from instances.services.transitions import (
     IllegalTransition,
     actor_of,

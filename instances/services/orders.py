@@ -21,6 +21,7 @@ from instances.lib.sshkeys import validate_public_key
 from instances.metrics import order_counted
 from instances.models import (
     TASK_OF_STATUS,
+    ApprovalPolicy,
     Image,
     Instance,
     InstanceEvent,
@@ -35,7 +36,7 @@ from instances.services.transitions import actor_of, order_decide_topic
 from portal import permissions
 from portal.errors import Conflict, Forbidden
 from portal.metrics import ORDERS
-from portal.models import ApprovalPolicy, Project, User
+from portal.models import Project, User
 from portal.services import notice_send
 from portal.templatetags.portal_tags import RATE, usd
 

@@ -1,6 +1,7 @@
-"""instances/services/quotas.py: quotas are defined in portal and enforced here. The admission
-check an order passes under the project's row lock (order_submit holds it), the headroom it
-shows before, the longest lease a quota allows, and the check of the names a quota's limits use.
+"""instances/services/quotas.py: the writers of quotas (the limits themselves, with the one
+check of what a quota may hold, and the requests for more), the admission check an order passes
+under the project's row lock (order_submit holds it), the headroom it shows before, and the
+check of the names a quota's limits use against the catalog.
 
 What each project holds is counted in instances/selectors/quotas.py, from live instance rows.
 """
@@ -8,45 +9,29 @@ What each project holds is counted in instances/selectors/quotas.py, from live i
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import transaction
 from django.db.models import Q
+from django.utils import timezone
 from django.utils.text import capfirst
 
-from instances.models import InstanceType
+from instances.models import InstanceType, Quota, QuotaChange, QuotaRequest
 from instances.selectors.headroom import Headroom
-from instances.selectors.quotas import usage
-from portal.errors import Conflict
-from portal.models import Project, Quota, User
+from instances.selectors.quotas import longest_lease, quota_who, usage
+from instances.services.pools.lifecycle import pools_retry_now
+from portal import permissions
+from portal.errors import Conflict, Forbidden
+from portal.models import Project, User
+from portal.services import notice_send, notices_close
 
 
 class QuotaExceeded(Conflict):
     code = "quota_exceeded"
 
 
-def _who(quota: Quota) -> str:
-    if quota.user_id:
-        return f"{quota.user.username} in {quota.project.slug}"
-    return quota.project.slug
-
-
-def longest_lease(*, project: Project, user: User) -> tuple[int, str]:
-    """The longest lease, in hours from when the host first runs, a host of ``user`` in
-    ``project`` may have, and whose limit that is: PORTAL_LEASE_MAX_HOURS, or a shorter max
-    lease of the project's quota or of the user's own quota in it."""
-    hours, whose = settings.PORTAL_LEASE_MAX_HOURS, "the portal's longest lease"
-    quotas = (
-        Quota.objects.filter(project=project, max_lease_hours__isnull=False)
-        .filter(Q(user__isnull=True) | Q(user=user))
-        .select_related("user", "project")
-    )
-    for quota in quotas:
-        if quota.max_lease_hours < hours:
-            hours, whose = quota.max_lease_hours, f"the quota of {_who(quota)}"
-    return hours, whose
-
-
 def quota_check(request) -> None:
-    """An ORDER_ADMISSION_CHECKS entry: refuse an order that would break a quota, saying which
-    quota, its limit, what is in use and what the order asks for."""
+    """The quota piece of the registry's order_admission_checks: refuse an order that would
+    break a quota, saying which quota, its limit, what is in use and what the order asks for."""
     if request.extends is not None:
         # A lease extension adds no host: the host already counts, and its lease limit is
         # checked against longest_lease() by the extension itself.
@@ -58,7 +43,7 @@ def quota_check(request) -> None:
     for quota in quotas:
         if quota.user_id not in (None, request.requester.pk):
             continue
-        who = _who(quota)
+        who = quota_who(quota)
         if quota.allowed_instance_types and type_name not in quota.allowed_instance_types:
             raise QuotaExceeded(
                 f"The quota of {who} allows only {', '.join(quota.allowed_instance_types)}; "
@@ -92,9 +77,9 @@ def quota_check(request) -> None:
 
 
 def quota_headroom(request) -> list[Headroom]:
-    """An ORDER_HEADROOM entry: for each counted limit of the project's quota (and the member's
-    own) that this order's type counts against, what is left now and after the order; then the
-    longest lease."""
+    """The quota piece of the registry's order_headroom: for each counted limit of the project's
+    quota (and the member's own) that this order's type counts against, what is left now and
+    after the order; then the longest lease."""
     found = []
     asks_gpus = request.count * request.instance_type.gpu_count
     model = request.instance_type.gpu_model
@@ -112,7 +97,7 @@ def quota_headroom(request) -> list[Headroom]:
             per_host = 1 if hosts else request.instance_type.gpu_count
             found.append(
                 Headroom(
-                    label=f"{capfirst(limit.label)} left in {_who(quota)}",
+                    label=f"{capfirst(limit.label)} left in {quota_who(quota)}",
                     left=f"{left} of {limit.limit}",
                     after=f"{left - asks} after this order" if asks <= left else "",
                     over=asks > left,
@@ -132,7 +117,7 @@ def quota_headroom(request) -> list[Headroom]:
 
 
 def quota_catalog_problems(values: dict) -> tuple[dict, dict[str, str]]:
-    """A PORTAL_QUOTA_VALIDATORS entry: check the names in quota limits against the catalog;
+    """Check the names in quota limits against the catalog (quota_values_clean's last step);
     return the values with GPU models spelled as the catalog spells them, and the problems by
     field. A per-model limit for a misspelt model would never be enforced, and a misspelt type
     would block every order."""
@@ -160,3 +145,225 @@ def quota_catalog_problems(values: dict) -> tuple[dict, dict[str, str]]:
         if unknown:
             problems[field_name] = f"{', '.join(unknown)} is not an instance type in the catalog."
     return values, problems
+
+
+QUOTA_FIELDS = tuple(Quota.FIELDS)
+# The counted limits and the least each may be (a longest lease of 0 h would refuse every
+# order); the most is what the column holds.
+QUOTA_LIMITS_LEAST = {"max_gpus": 0, "max_instances": 0, "max_lease_hours": 1}
+QUOTA_LIMIT_MOST = 2_147_483_647
+_LIMIT_WORDS = {
+    "max_gpus": "the GPU limit",
+    "max_instances": "the host limit",
+    "max_lease_hours": "the longest lease in hours",
+}
+
+
+def quota_limit_rule(name: str) -> str:
+    """The sentence that refuses a bad counted limit (``max_gpus``, ``max_instances``,
+    ``max_lease_hours``): quota_set says it, and the Quotas page's form and the API's
+    serializer say it for what they cannot parse, so every caller reads the same words."""
+    return (
+        f"Give {_LIMIT_WORDS[name]} as a whole number from {QUOTA_LIMITS_LEAST[name]} to "
+        f"{QUOTA_LIMIT_MOST:,}, or leave it empty for no limit."
+    )
+
+
+def limits_moved(project: Project) -> None:
+    """A project's limits changed (its quota here, its budget in billing), in the changing
+    transaction: the pools a refusal held retry at once."""
+    pools_retry_now(project=project)
+
+
+def _quota_values(quota: Quota) -> dict:
+    return {name: getattr(quota, name) for name in QUOTA_FIELDS}
+
+
+@transaction.atomic
+def quota_set(*, project: Project, actor: User, user: User | None = None, **values) -> Quota:
+    """Create or change a project's (or a member's) quota, recording who changed what.
+
+    Only the fields given change. Each is checked here (its shape, its size, the catalog's
+    names, duplicates dropped), so the Quotas page and the API get the same answer.
+
+    Lowering a limit below what is in use is allowed: the project is then over its limit and
+    new orders are refused, but nothing running is touched.
+    """
+    unknown = set(values) - set(QUOTA_FIELDS)
+    if unknown:
+        _refuse({name: "Not a quota field." for name in sorted(unknown)}, "unknown_field")
+    if not permissions.can_set_quotas(actor):
+        raise Forbidden("Only admins change quotas.")
+    if user is not None and not project.memberships.filter(user=user).exists():
+        raise ValidationError(
+            {"member": f"{user.username} is not a member of {project.slug}."}, code="not_a_member"
+        )
+    values = quota_values_clean(values)
+    # Lock the project row: quota changes and orders of one project are serialised.
+    Project.objects.select_for_update().get(pk=project.pk)
+    quota = Quota.objects.filter(project=project, user=user).first()
+    before = _quota_values(quota) if quota else {}
+    quota = quota or Quota(project=project, user=user)
+    for name, value in values.items():
+        setattr(quota, name, value)
+    quota.updated_by = actor
+    quota.full_clean()
+    quota.save()
+    after = _quota_values(quota)
+    if after != before:
+        QuotaChange.objects.create(quota=quota, changed_by=actor, before=before, after=after)
+        limits_moved(project)
+    return quota
+
+
+QUOTA_REQUEST_MOST_GPUS = 1024
+QUOTA_REQUEST_GPUS_RULE = f"Ask for 1 to {QUOTA_REQUEST_MOST_GPUS} more GPUs, as a whole number."
+
+
+@transaction.atomic
+def quota_request_open(
+    *, requester: User, project: Project, gpus: int, reason: str
+) -> QuotaRequest:
+    """Ask the admins for ``gpus`` more GPUs in ``project``: a row on their Quotas page and a
+    notice to each of them."""
+    if not permissions.can_request_quota(requester, project):
+        raise Forbidden(f"Only members of {project.slug} ask for more of its quota.")
+    reason = (reason or "").strip()
+    problems = {}
+    whole = isinstance(gpus, int) and not isinstance(gpus, bool)
+    if not whole or not 1 <= gpus <= QUOTA_REQUEST_MOST_GPUS:
+        problems["gpus"] = QUOTA_REQUEST_GPUS_RULE
+    if not reason:
+        problems["reason"] = "Say what the GPUs are for, so the admins can decide."
+    elif len(reason) > 2000:
+        problems["reason"] = "Keep the reason under 2,000 characters."
+    if problems:
+        raise ValidationError(problems, code="invalid")
+    ask = QuotaRequest.objects.create(
+        project=project, requester=requester, gpus=gpus, reason=reason
+    )
+    for admin in permissions.quota_admins():
+        notice_send(
+            user=admin,
+            subject=f"{requester.username} asks for {gpus} more GPUs in {project.slug}",
+            body=reason,
+            link=f"/quotas/#q-{project.slug}",
+            topic=quota_request_topic(ask),
+        )
+    return ask
+
+
+def quota_request_topic(ask: QuotaRequest) -> str:
+    return f"quota-request:{ask.pk}"
+
+
+@transaction.atomic
+def quota_request_decide(
+    *, quota_request: QuotaRequest, actor: User, grant: bool, answer: str = ""
+) -> QuotaRequest:
+    """Grant (raise the project's GPU limit by what was asked, through quota_set, so the
+    change is in the quota's history) or decline an open request; the requester gets a
+    notice and the admins' notices of it close."""
+    if not permissions.can_set_quotas(actor):
+        raise Forbidden("Only admins decide requests for more quota.")
+    ask = QuotaRequest.objects.select_for_update().get(pk=quota_request.pk)
+    if ask.status != QuotaRequest.Status.OPEN:
+        raise Conflict(
+            f"This request was already {ask.get_status_display().lower()}.", code="decided"
+        )
+    answer = (answer or "").strip()[:500]
+    project = ask.project
+    if grant:
+        quota = Quota.objects.filter(project=project, user=None).first()
+        if quota is not None and quota.max_gpus is not None:
+            quota_set(project=project, actor=actor, max_gpus=quota.max_gpus + ask.gpus)
+            answer = answer or f"GPU limit raised to {quota.max_gpus + ask.gpus}."
+        else:
+            answer = answer or "The project has no GPU limit to raise."
+    ask.status = QuotaRequest.Status.GRANTED if grant else QuotaRequest.Status.DECLINED
+    ask.decided_by, ask.decided_at, ask.answer = actor, timezone.now(), answer
+    ask.save(update_fields=["status", "decided_by", "decided_at", "answer"])
+    verb = "granted" if grant else "declined"
+    notice_send(
+        user=ask.requester,
+        subject=f"Your request for {ask.gpus} more GPUs in {project.slug} was {verb}",
+        body=answer,
+        link="/dashboard/",
+    )
+    notices_close(topic=quota_request_topic(ask), reason=f"Request {verb} by {actor.username}.")
+    return ask
+
+
+def _refuse(problems: dict[str, str], code: str) -> None:
+    # Each field's error carries the code (a dict given to ValidationError drops it), so the
+    # API answers it and the page's refusal counter names it.
+    raise ValidationError(
+        {name: ValidationError(text, code=code) for name, text in problems.items()}
+    )
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def quota_values_clean(values: dict) -> dict:
+    """The quota values given, checked field by field, with repeated names dropped and names
+    spelt as the catalog spells them; refuses (ValidationError by field) a counted limit that
+    is not a whole number in its range (quota_limit_rule), a wrong shape, more than
+    ``Quota.MAX_NAMES`` entries, or a name the catalog does not offer. The one check of a
+    quota's values: the page and the API leave it to this."""
+    values = dict(values)
+    top = Quota.MAX_NAMES
+    problems: dict[str, str] = {}
+    for name, least in QUOTA_LIMITS_LEAST.items():
+        value = values.get(name)
+        if value is not None and not (_whole(value) and least <= value <= QUOTA_LIMIT_MOST):
+            problems[name] = quota_limit_rule(name)
+    too_many = f"Give at most {top}; the catalog offers fewer."
+    if "max_gpus_by_model" in values:
+        by_model = values["max_gpus_by_model"]
+        if not isinstance(by_model, dict) or not all(
+            isinstance(k, str) and _whole(v) for k, v in by_model.items()
+        ):
+            problems["max_gpus_by_model"] = 'Give GPU model → whole number, e.g. {"H100": 16}.'
+        elif len(by_model) > top:
+            problems["max_gpus_by_model"] = too_many
+    if "allowed_instance_types" in values:
+        names = values["allowed_instance_types"]
+        if not isinstance(names, list) or not all(isinstance(v, str) for v in names):
+            problems["allowed_instance_types"] = 'Give a list of type names, e.g. ["g5.xlarge"].'
+        elif len(names) > top:
+            problems["allowed_instance_types"] = too_many
+        else:
+            values["allowed_instance_types"] = list(dict.fromkeys(names))
+    if "allowed_markets" in values:
+        markets = values["allowed_markets"]
+        if not isinstance(markets, dict) or not all(
+            isinstance(k, str) and isinstance(v, list) and v and set(v) <= set(Quota.MARKETS)
+            for k, v in markets.items()
+        ):
+            problems["allowed_markets"] = (
+                'Give instance type → markets, e.g. {"p5.48xlarge": ["spot"]}; markets are '
+                "on_demand and spot."
+            )
+        elif len(markets) > top or any(len(v) > len(Quota.MARKETS) for v in markets.values()):
+            problems["allowed_markets"] = (
+                f"Give at most {top} types, each with on_demand, spot or both, once."
+            )
+        else:
+            values["allowed_markets"] = {k: list(dict.fromkeys(v)) for k, v in markets.items()}
+    if problems:
+        _refuse(problems, "invalid")
+    values, problems = quota_catalog_problems(values)
+    if problems:
+        _refuse(problems, "not_in_catalog")
+    return values
+
+
+@transaction.atomic
+def quota_delete(*, quota: Quota, actor: User) -> None:
+    if not permissions.can_set_quotas(actor):
+        raise Forbidden("Only admins change quotas.")
+    QuotaChange.objects.create(quota=quota, changed_by=actor, before=_quota_values(quota), after={})
+    quota.delete()
+    limits_moved(quota.project)

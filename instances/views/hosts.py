@@ -21,7 +21,7 @@ from django.views.decorators.http import require_POST
 from instances import services
 from instances.forms import ExtendForm
 from instances.lib.checkpoints import backup_dir
-from instances.models import ACTIONS, Instance, Order
+from instances.models import ACTIONS, IdlePolicy, Instance, Order
 from instances.selectors.costs import cost_notes, costs_so_far, rate_now, running_seconds
 from instances.selectors.hosts import instances_named
 from instances.selectors.orders import held_orders
@@ -29,7 +29,6 @@ from instances.selectors.telemetry import gpu_first_reading_at, latest_gpu_readi
 from instances.services.idle import idle_since
 from instances.services.leases import in_words
 from portal import permissions
-from portal.models import IdlePolicy
 from portal.pages import forbidden, service_errors
 
 

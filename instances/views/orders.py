@@ -25,8 +25,7 @@ from instances.forms import OrderForm
 from instances.models import Image, InstanceType, InterruptionPolicy, Market, Order
 from instances.selectors.headroom import Preview, order_preview
 from instances.selectors.orders import orders_to_decide
-from instances.selectors.quotas import holders_of, usage
-from instances.services.quotas import longest_lease
+from instances.selectors.quotas import holders_of, longest_lease, usage
 from portal import permissions
 from portal.errors import PortalError
 from portal.models import Project

@@ -1,5 +1,6 @@
 """Writers for people and projects (docs/design.md rule 1: services are the only writers), one topic
-file each: people, quotas, policies, notices, tokens. Callers import from here."""
+file each: people, notices, tokens. Callers import from here. (Quotas and the approval and idle
+policies are instances', in instances/services/.)"""
 
 from __future__ import annotations
 
@@ -16,25 +17,6 @@ from portal.services.people import (
     project_upsert,
     user_upsert,
 )
-from portal.services.policies import (
-    APPROVAL_EXPIRY_MAX_DAYS,
-    APPROVAL_POLICY_FIELDS,
-    IDLE_POLICY_FIELDS,
-    approval_policy_set,
-    idle_policy_set,
-)
-from portal.services.quotas import (
-    QUOTA_FIELDS,
-    QUOTA_REQUEST_GPUS_RULE,
-    QUOTA_REQUEST_MOST_GPUS,
-    limits_moved,
-    quota_delete,
-    quota_request_decide,
-    quota_request_open,
-    quota_request_topic,
-    quota_set,
-    quota_values_clean,
-)
 from portal.services.tokens import (
     TOKEN_PREFIX,
     token_authenticate,
@@ -44,16 +26,7 @@ from portal.services.tokens import (
 )
 
 __all__ = [
-    "APPROVAL_EXPIRY_MAX_DAYS",
-    "APPROVAL_POLICY_FIELDS",
-    "IDLE_POLICY_FIELDS",
-    "QUOTA_FIELDS",
-    "QUOTA_REQUEST_GPUS_RULE",
-    "QUOTA_REQUEST_MOST_GPUS",
     "TOKEN_PREFIX",
-    "approval_policy_set",
-    "idle_policy_set",
-    "limits_moved",
     "membership_remove",
     "membership_set",
     "notice_dismiss",
@@ -62,12 +35,6 @@ __all__ = [
     "notices_mark_read",
     "project_save",
     "project_upsert",
-    "quota_delete",
-    "quota_request_decide",
-    "quota_request_open",
-    "quota_request_topic",
-    "quota_set",
-    "quota_values_clean",
     "token_authenticate",
     "token_digest",
     "token_issue",

@@ -220,18 +220,6 @@ PORTAL_LEASE_WARN_SECONDS = env_int(
 PORTAL_ORDER_MAX_COUNT = env_int(
     "PORTAL_ORDER_MAX_COUNT", 8, help="The most hosts one order may ask for."
 )
-# Quotas are defined in portal and counted in instances: callable(keys) -> {key: Usage} for many
-# (project id, member id or None) keys at once; and callable(values) -> (values, problems)
-# checks of the names a quota's limits use, run before a quota is saved.
-PORTAL_QUOTA_USAGE = "instances.selectors.quotas.live_usage"
-PORTAL_QUOTA_VALIDATORS: list[str] = ["instances.services.quotas.quota_catalog_problems"]
-# Run when a project's limits change (its quota set or removed, its budget set or removed), in
-# the changing transaction: callable(project=...). The pools held by a refusal retry at once.
-PORTAL_LIMITS_MOVED: list[str] = ["instances.services.pools_retry_now"]
-# The names the Quotas page offers in its rows: callable() -> portal.quota_rows.QuotaChoices.
-PORTAL_QUOTA_CHOICES = "instances.selectors.quotas.quota_choices"
-# The badge on the Approvals link: callable(user) -> how many held orders the user may decide.
-PORTAL_APPROVALS_WAITING = "instances.selectors.orders.orders_to_decide_count"
 # Days an order may wait for approval before it expires (a project's policy may say otherwise).
 PORTAL_APPROVAL_EXPIRY_DAYS = env_int(
     "PORTAL_APPROVAL_EXPIRY_DAYS",

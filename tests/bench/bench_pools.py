@@ -22,7 +22,7 @@ from instances.models import (
     Pool,
     PoolSchedule,
 )
-from portal.services import quota_set
+from instances.services import quota_set
 from tests.bench.bench_orders import KEY, setup_people
 
 HOSTS_PER_POOL = 10

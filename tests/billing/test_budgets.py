@@ -131,7 +131,7 @@ def test_spot_orders_are_checked_at_the_current_spot_price(
 def test_approving_a_held_order_checks_the_budget_again(
     clock, vision, ada, alice, spend, place_order, manager
 ):
-    from portal.services import approval_policy_set
+    from instances.services import approval_policy_set
 
     approval_policy_set(project=vision, actor=ada, gpus_above=0)
     order = place_order(alice, lease_hours=24)

@@ -20,8 +20,9 @@ from billing.metering import usage_meter
 from billing.rollups import rollups_refresh
 from instances import services
 from instances.models import PoolSample
+from instances.services import approval_policy_set, quota_set
 from portal.models import ApiToken
-from portal.services import approval_policy_set, quota_set, token_issue
+from portal.services import token_issue
 from tests.browser.conftest import answer_confirmation, keep_screenshot
 from tests.conftest import ED25519, PASSWORD
 from tests.test_route_matrix import NOT_HERE, PAGE_METHODS

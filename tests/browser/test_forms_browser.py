@@ -10,8 +10,8 @@ from playwright.sync_api import expect
 
 from billing.budgets import budget_set
 from instances.models import Order
+from instances.services import quota_set
 from portal.models import ApiToken
-from portal.services import quota_set
 from tests.conftest import ED25519
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -10,9 +10,9 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from instances import services
+from instances.models import IdlePolicy
 from instances.providers.gpu_profile import profile_of
 from instances.providers.simulated import SimulatedProvider
-from portal.models import IdlePolicy
 from tests.browser.conftest import keep_screenshot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -7,7 +7,7 @@ import pytest
 from playwright.sync_api import expect
 
 from instances.models import Order
-from portal.services import approval_policy_set
+from instances.services import approval_policy_set
 from tests.browser.conftest import answer_confirmation, keep_screenshot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

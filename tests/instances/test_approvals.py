@@ -10,9 +10,10 @@ from django.core import mail
 
 from instances import services
 from instances.models import Instance, Order
+from instances.services import approval_policy_set, quota_set
 from portal.errors import Forbidden
 from portal.models import Membership, Notice
-from portal.services import approval_policy_set, membership_set, quota_set
+from portal.services import membership_set
 
 URL = "/api/v1/orders/"
 

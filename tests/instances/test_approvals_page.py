@@ -9,9 +9,8 @@ import pytest
 from django.test import Client
 
 from billing.budgets import budget_set
-from instances.models import Order
-from portal.models import ApprovalPolicy
-from portal.services import quota_set
+from instances.models import ApprovalPolicy, Order
+from instances.services import order_reject, quota_set
 
 pytestmark = pytest.mark.django_db
 
@@ -102,3 +101,12 @@ def test_a_rejected_order_says_it_has_no_hosts(inbox, held):
     body = text(inbox.get("/approvals/"))
     row = re.search(rf'<tr data-decided="{held.pk}">.*?</tr>', body).group(0)
     assert "no hosts" in row and "href" not in row
+
+
+def test_the_approvals_link_counts_what_waits_for_its_reader(inbox, held, client, alice, ada):
+    """The badge is counted by instances (its template tag in base.html), for deciders only."""
+    assert 'aria-label="1 waiting for you">1</span>' in inbox.get("/dashboard/").content.decode()
+    order_reject(order=held, user=ada, reason="Not this month.")
+    assert "waiting for you" not in inbox.get("/dashboard/").content.decode()
+    client.force_login(alice)
+    assert "waiting for you" not in client.get("/dashboard/").content.decode()

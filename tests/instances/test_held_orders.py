@@ -7,8 +7,9 @@ import pytest
 
 from audit.models import AuditEvent
 from instances.models import Instance, Order
+from instances.services import approval_policy_set
 from portal.models import Membership, Notice
-from portal.services import approval_policy_set, membership_set
+from portal.services import membership_set
 
 pytestmark = pytest.mark.django_db
 

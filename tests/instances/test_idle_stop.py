@@ -9,10 +9,10 @@ import pytest
 
 from audit.models import AuditEvent
 from instances import services
-from instances.models import Instance
+from instances.models import IdlePolicy, Instance
 from instances.providers.gpu_profile import profile_of
 from instances.providers.simulated import SimulatedProvider
-from portal.models import IdlePolicy, Notice
+from portal.models import Notice
 
 pytestmark = pytest.mark.django_db
 MINUTE = timedelta(minutes=1)

@@ -12,8 +12,8 @@ from django.core import mail
 from billing.budgets import budget_set
 from instances import services
 from instances.models import Instance, LeaseNotice
+from instances.services import quota_set
 from portal.models import Notice
-from portal.services import quota_set
 
 pytestmark = pytest.mark.django_db
 

@@ -12,9 +12,8 @@ from django.test import Client
 from django.utils import timezone
 
 from billing.budgets import budget_set
-from instances.models import Order
-from portal.models import ApprovalPolicy
-from portal.services import quota_set
+from instances.models import ApprovalPolicy, Order
+from instances.services import quota_set
 from tests.conftest import ED25519
 
 pytestmark = pytest.mark.django_db

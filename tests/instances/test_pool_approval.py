@@ -10,7 +10,7 @@ import pytest
 
 from instances import services
 from instances.models import Image, Pool, PoolEvent
-from portal.services import approval_policy_set
+from instances.services import approval_policy_set
 from tests.conftest import ED25519
 from tests.instances.pool_helpers import alive
 

@@ -15,7 +15,7 @@ from django.utils import timezone
 from demo.services.pools import POOL_NAME, seed_demo_pool
 from instances import services
 from instances.models import Image, Pool, PoolSample
-from portal.services import approval_policy_set
+from instances.services import approval_policy_set
 from tests.conftest import ED25519
 from tests.instances.pool_helpers import provision_all
 

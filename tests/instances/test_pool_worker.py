@@ -13,7 +13,7 @@ from django.db.models import Count
 
 from instances import services
 from instances.models import Image, Instance, Pool, PoolEvent, SimulatedHost
-from portal.services import quota_set
+from instances.services import quota_set
 from tests.conftest import ED25519
 from tests.workers import Worker, purge_queues, trial_count, wait_for
 

@@ -13,11 +13,11 @@ from django.utils.html import escape
 
 from billing.budgets import budget_set
 from instances import services
-from instances.models import Instance, InstanceType, Order, Pool, PoolEvent
+from instances.models import ApprovalPolicy, Instance, InstanceType, Order, Pool, PoolEvent, Quota
+from instances.services import quota_delete, quota_set
 from instances.services.pools.plan import Host, mix, plan
 from portal.errors import Conflict, Forbidden
-from portal.models import ApprovalPolicy, Notice, Quota
-from portal.services import quota_delete, quota_set
+from portal.models import Notice
 from tests.instances.pool_helpers import alive, provision_all, settle_terminations
 
 S = Instance.Status

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from instances import services
 from instances.models import Pool
-from portal.services import quota_set
+from instances.services import quota_set
 from tests.conftest import ED25519
 
 

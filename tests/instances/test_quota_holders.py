@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 
 from instances.selectors.quotas import holders_of
-from portal.services import quota_set
+from instances.services import quota_set
 
 pytestmark = pytest.mark.django_db
 

@@ -9,8 +9,8 @@ from django.db import close_old_connections, connection
 
 from instances.models import Image, Instance, Order
 from instances.selectors.quotas import usage
+from instances.services import quota_set
 from instances.services.quotas import QuotaExceeded
-from portal.services import quota_set
 from tests.conftest import ED25519
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]

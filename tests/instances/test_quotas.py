@@ -1,4 +1,4 @@
-"""Quotas: defined in portal, enforced when orders are placed, counted from live hosts."""
+"""Quotas: set by admins, enforced when orders are placed, counted from live hosts."""
 
 from __future__ import annotations
 
@@ -11,12 +11,11 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from instances import services
-from instances.models import Instance, Order
+from instances.models import Instance, Order, QuotaChange
 from instances.selectors.quotas import usage
+from instances.services import quota_set
 from instances.services.quotas import QuotaExceeded
 from portal.errors import Forbidden
-from portal.models import QuotaChange
-from portal.services import quota_set
 
 S = Instance.Status
 

@@ -39,9 +39,10 @@ from instances.providers.base import (
     ProviderTransientError,
 )
 from instances.providers.simulated import SimulatedProvider
+from instances.services import approval_policy_set
 from portal.errors import Conflict
 from portal.models import Membership, Notice
-from portal.services import approval_policy_set, membership_set
+from portal.services import membership_set
 from tests.conftest import ED25519
 
 # The module (its name is shadowed by the function it exports on the package).

@@ -18,8 +18,8 @@ from instances.models import Instance, SimulatedHost
 from instances.providers import spot_events
 from instances.providers.base import ProviderTransientError, SpotWarning
 from instances.providers.simulated import SimulatedProvider
+from instances.services import quota_set
 from portal.models import Notice
-from portal.services import quota_set
 
 S = Instance.Status
 

@@ -228,7 +228,7 @@ def test_my_hosts_shows_the_current_reading(clock, client, running_host, alice):
 
 
 def test_keep_running_in_the_api(api_as, running_host, alice, bob, projects):
-    from portal.models import IdlePolicy
+    from instances.models import IdlePolicy
 
     IdlePolicy.objects.create(project=projects["vision-lab"], snooze_hours=3)
     host = running_host()

@@ -9,8 +9,8 @@ from prometheus_client import REGISTRY
 from instances.metrics import reconcile_counted
 from instances.providers.base import ProviderPermanentError, ProviderTransientError
 from instances.providers.counted import CountedProvider
+from instances.services import quota_set
 from instances.services.reconcile import ReconcileReport
-from portal.services import quota_set
 
 pytestmark = pytest.mark.django_db
 

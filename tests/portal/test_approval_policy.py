@@ -8,8 +8,8 @@ from decimal import Decimal
 
 import pytest
 
-from instances.models import Order
-from portal.models import ApprovalPolicy, Membership
+from instances.models import ApprovalPolicy, Order
+from portal.models import Membership
 from portal.services import membership_set
 
 PAGE = "/projects/vision-lab/approval-policy/"

@@ -10,11 +10,11 @@ from django.test import Client
 
 from billing.budgets import budget_topic, budgets_check
 from instances import services
-from instances.models import Instance
+from instances.models import ApprovalPolicy, IdlePolicy, Instance
 from instances.providers.gpu_profile import profile_of
 from instances.providers.simulated import SimulatedProvider
 from instances.services.transitions import instance_topic, instance_transition
-from portal.models import ApprovalPolicy, IdlePolicy, Notice
+from portal.models import Notice
 from portal.services import notice_send
 
 pytestmark = pytest.mark.django_db

@@ -11,7 +11,7 @@ from celery import shared_task
 
 from audit.models import AuditEvent
 from audit.services import audit_record_system
-from portal.services import approval_policy_set, quota_set
+from instances.services import approval_policy_set, quota_set
 
 pytestmark = pytest.mark.django_db
 

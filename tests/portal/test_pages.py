@@ -15,9 +15,9 @@ from django.test import RequestFactory
 
 from audit.registry import DASHBOARD_PANELS
 from instances.panels import hosts_panel
+from instances.services import quota_set
 from portal.errors import Conflict, Forbidden
 from portal.pages import form_errors, service_errors
-from portal.services import quota_set
 
 
 def a_request(headers: dict | None = None):

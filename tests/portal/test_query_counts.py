@@ -9,8 +9,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from billing.budgets import budget_set
+from instances.services import approval_policy_set, quota_set
 from portal.models import Membership
-from portal.services import approval_policy_set, membership_set, project_upsert, quota_set
+from portal.services import membership_set, project_upsert
 
 
 @pytest.fixture

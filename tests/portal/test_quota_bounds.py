@@ -1,7 +1,8 @@
 """A quota's lists hold each name once and a bounded number of names, whoever sets them (the
 Quotas page, the API, a script calling quota_set): 60,000 copies of g5.xlarge were once stored,
 and the quotas API then answered 1.4 MB. Every list and mapping the API accepts is bounded, and
-the schema says so."""
+the schema says so. A counted limit out of its range is refused by quota_set itself, in the
+words the page and the API then repeat."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import json
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.utils.html import escape
 
-from portal.models import Quota, QuotaChange
-from portal.services import quota_set
+from instances.models import Quota, QuotaChange
+from instances.services import quota_set
+from instances.services.quotas import quota_limit_rule
 
 
 def test_repeated_types_are_stored_once_in_the_order_given(ada, projects, catalog):
@@ -148,9 +151,14 @@ def test_every_list_and_mapping_a_request_accepts_has_a_bound_in_the_schema(api_
 def test_the_migration_keeps_each_stored_name_once(ada, projects):
     import importlib
 
-    from django.apps import apps
+    from django.db import connection
+    from django.db.migrations.loader import MigrationLoader
 
-    from portal.models import ApprovalPolicy
+    from instances.models import ApprovalPolicy
+
+    # The models as that migration saw them (portal's, before issue 23 moved them to
+    # instances); they read and write the same tables.
+    apps = MigrationLoader(connection).project_state(("portal", "0007_quota_names_once")).apps
 
     # Rows as they were stored before quota_set dropped repeats (no service would write them).
     quota = Quota.objects.create(
@@ -164,3 +172,48 @@ def test_the_migration_keeps_each_stored_name_once(ada, projects):
     policy.refresh_from_db()
     assert quota.allowed_instance_types == ["g5.xlarge", "g6.xlarge"]
     assert policy.instance_types == ["p5.48xlarge"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("max_gpus", -1),
+        ("max_instances", -3),
+        ("max_lease_hours", 0),
+        ("max_gpus", 2**31),
+        ("max_instances", True),
+        ("max_lease_hours", 2.5),
+    ],
+)
+def test_the_service_refuses_a_bad_limit_with_the_apis_code_and_sentence_and_changes_nothing(
+    api_as, ada, projects, catalog, field, value
+):
+    quota = quota_set(project=projects["vision-lab"], actor=ada, max_gpus=8, max_lease_hours=24)
+    with pytest.raises(ValidationError) as refused:
+        quota_set(project=projects["vision-lab"], actor=ada, **{field: value})
+    assert list(refused.value.error_dict) == [field]
+    (problem,) = refused.value.error_dict[field]
+    assert problem.code == "invalid"
+    assert problem.messages == [quota_limit_rule(field)]
+    assert "whole number from" in problem.messages[0]
+    # The API answers the same code and the same sentence, as HTTP 400.
+    answer = api_as(ada).patch(f"/api/v1/quotas/{quota.pk}/", {field: value}, format="json")
+    assert answer.status_code == 400
+    assert answer.json()["code"] == "invalid"
+    assert answer.json()["fields"] == {field: [quota_limit_rule(field)]}
+    quota.refresh_from_db()
+    assert (quota.max_gpus, quota.max_instances, quota.max_lease_hours) == (8, None, 24)
+    assert QuotaChange.objects.count() == 1
+
+
+def test_the_quotas_page_refuses_a_bad_limit_with_the_services_sentence(
+    client, ada, projects, catalog
+):
+    quota_set(project=projects["vision-lab"], actor=ada, max_gpus=8)
+    client.force_login(ada)
+    for typed in ("-1", "eight"):
+        page = client.post("/quotas/vision-lab/", {"vision-lab-max_gpus": typed})
+        assert page.status_code == 400
+        assert escape(quota_limit_rule("max_gpus")) in page.content.decode()
+    assert Quota.objects.get().max_gpus == 8
+    assert QuotaChange.objects.count() == 1

@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from portal.models import Quota, QuotaChange
-from portal.quotas import change_in_words
-from portal.services import quota_set
+from instances.models import Quota, QuotaChange
+from instances.selectors.quotas import change_in_words
+from instances.services import quota_set
 
 pytestmark = pytest.mark.django_db
 
@@ -215,7 +215,7 @@ def test_a_type_gone_from_the_catalog_stays_ticked_until_unticked(admin_client, 
 
 
 def test_the_policy_ticks_the_types_that_always_wait(admin_client, projects):
-    from portal.models import ApprovalPolicy
+    from instances.models import ApprovalPolicy
 
     response = admin_client.post(
         "/quotas/vision-lab/policy/",

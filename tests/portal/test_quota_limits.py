@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from portal.models import Quota, QuotaChange, QuotaLimit
-from portal.quotas import Usage, bars, change_in_words
+from instances.models import Quota, QuotaChange, QuotaLimit
+from instances.selectors.quotas import Usage, bars, change_in_words
 
 
 def test_limits_come_in_order_gpus_hosts_then_each_model_and_only_where_set():

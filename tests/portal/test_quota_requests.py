@@ -8,8 +8,9 @@ import pytest
 from django.test import Client
 
 from audit.models import AuditEvent
-from portal.models import Notice, Quota, QuotaRequest
-from portal.services import quota_request_decide, quota_request_open, quota_set
+from instances.models import Quota, QuotaRequest
+from instances.services import quota_request_decide, quota_request_open, quota_set
+from portal.models import Notice
 
 pytestmark = pytest.mark.django_db
 

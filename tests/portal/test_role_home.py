@@ -10,7 +10,7 @@ from bs4 import BeautifulSoup
 
 from billing.budgets import budget_set
 from billing.models import DailyRollup
-from portal.services import approval_policy_set, quota_set
+from instances.services import approval_policy_set, quota_set
 
 pytestmark = pytest.mark.django_db
 

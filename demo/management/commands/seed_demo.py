@@ -16,16 +16,10 @@ from billing.models import Budget
 from billing.prices import spot_prices_refresh
 from demo.services.history import DAYS, history_build, history_exists
 from demo.services.pools import seed_demo_pool
-from instances.models import Image, InstanceType
-from portal.models import IdlePolicy, Membership, Project, Quota, User
-from portal.services import (
-    approval_policy_set,
-    idle_policy_set,
-    membership_set,
-    project_upsert,
-    quota_set,
-    user_upsert,
-)
+from instances.models import IdlePolicy, Image, InstanceType, Quota
+from instances.services import approval_policy_set, idle_policy_set, quota_set
+from portal.models import Membership, Project, User
+from portal.services import membership_set, project_upsert, user_upsert
 
 PROJECTS = [
     ("vision-lab", "Vision Lab", "Image models: detection, segmentation, ViT pre-training."),

@@ -18,6 +18,7 @@ from instances.models import (
     Order,
     Pool,
 )
+from instances.selectors.quotas import longest_lease
 from instances.services.orders import (
     OrderRequest,
     approval_needed,
@@ -25,7 +26,6 @@ from instances.services.orders import (
     order_record,
     order_validate,
 )
-from instances.services.quotas import longest_lease
 from portal.models import Project, User
 
 SIZE_FIELDS = ("min_size", "desired", "max_size")

@@ -450,7 +450,7 @@ def pools_budget_stop(*, project: Project, reason: str) -> list[Pool]:
 
 
 def pools_retry_now(*, project: Project) -> int:
-    """A PORTAL_LIMITS_MOVED entry: a project's quota or budget just changed, so its pools held
+    """Called by limits_moved: a project's quota or budget just changed, so its pools held
     by a refused scale-out try again at the next pass instead of at the end of their backoff.
     The refusal streak stays: a pool still held says nothing new and sends no second notice."""
     return Pool.objects.filter(

@@ -10,8 +10,7 @@ from datetime import datetime, timedelta
 
 from django.db.models import Avg, Q
 
-from instances.models import GpuReading, Instance, InstanceType, Market, Pool
-from portal.models import Quota
+from instances.models import GpuReading, Instance, InstanceType, Market, Pool, Quota
 
 S = Instance.Status
 SERVING = frozenset({S.REQUESTED, S.PROVISIONING, S.RUNNING, S.STARTING})

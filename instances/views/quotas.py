@@ -1,5 +1,7 @@
 """The Quotas page: admins set each project's quota and approval policy; the bars show what is
-in use, counted by the instances app through ``PORTAL_QUOTA_USAGE``."""
+in use, counted from live hosts (instances.selectors.quotas). Asking for more quota: a member's
+request page, and the admins' grant or decline on the Quotas page (quota_request_open,
+quota_request_decide)."""
 
 from __future__ import annotations
 
@@ -11,27 +13,47 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from portal import permissions
-from portal.models import ApprovalPolicy, Project, Quota, QuotaChange, QuotaRequest
-from portal.pages import forbidden, form_errors, service_errors
-from portal.quota_rows import (
+from instances.forms import TypesField, gpu_limits_field, markets_field
+from instances.models import ApprovalPolicy, Quota, QuotaChange, QuotaRequest
+from instances.selectors.quotas import (
     QuotaChoices,
-    TypesField,
-    gpu_limits_field,
-    markets_field,
+    bars,
+    change_in_words,
     quota_choices,
+    usage_of,
 )
-from portal.quotas import bars, change_in_words, usage_of
-from portal.services import approval_policy_set, quota_set
+from instances.services.approvals import approval_policy_set
+from instances.services.quotas import (
+    QUOTA_LIMITS_LEAST,
+    QUOTA_REQUEST_MOST_GPUS,
+    quota_limit_rule,
+    quota_request_decide,
+    quota_request_open,
+    quota_set,
+)
+from portal import permissions
+from portal.models import Project
+from portal.pages import forbidden, form_errors, mark_invalid, service_errors
+
+
+def _limit_field(name: str, *, label: str) -> forms.IntegerField:
+    return forms.IntegerField(
+        required=False,
+        label=label,
+        widget=forms.NumberInput(attrs={"min": QUOTA_LIMITS_LEAST[name]}),
+        error_messages={"invalid": quota_limit_rule(name)},
+    )
 
 
 class QuotaForm(forms.Form):
     """Quota limits as an admin sets them; empty means no limit. GPUs per model and markets
-    per type are rows of selects offering the catalog's names (portal.quota_rows)."""
+    per type are rows of selects offering the catalog's names (instances.forms)."""
 
-    max_gpus = forms.IntegerField(required=False, min_value=0, label="GPUs in total")
-    max_instances = forms.IntegerField(required=False, min_value=0, label="Hosts")
-    max_lease_hours = forms.IntegerField(required=False, min_value=1, label="Longest lease (h)")
+    # What a counted limit may be is quota_set's to say (quota_limit_rule); the form only
+    # parses a number, and the browser is told the least.
+    max_gpus = _limit_field("max_gpus", label="GPUs in total")
+    max_instances = _limit_field("max_instances", label="Hosts")
+    max_lease_hours = _limit_field("max_lease_hours", label="Longest lease (h)")
     allowed_instance_types = TypesField(
         label="Allowed types", none="All types", help_text="none ticked allows every type"
     )
@@ -210,3 +232,86 @@ def policy_save(request: HttpRequest, slug: str) -> HttpResponse:
     if form.errors:
         return quotas_page(request, bound=(slug, form), status=400)
     return _saved(request, slug, f"Saved the approval policy of {project.name}.")
+
+
+# --- requests for more quota ------------------------------------------------------------------
+
+
+class QuotaRequestForm(forms.Form):
+    gpus = forms.IntegerField(
+        min_value=1,
+        max_value=QUOTA_REQUEST_MOST_GPUS,
+        label="More GPUs",
+        error_messages={
+            "required": "Say how many more GPUs, e.g. 8.",
+            "invalid": "Give the number of GPUs as a whole number, e.g. 8.",
+            "min_value": f"Ask for 1 to {QUOTA_REQUEST_MOST_GPUS} more GPUs.",
+            "max_value": f"Ask for 1 to {QUOTA_REQUEST_MOST_GPUS} more GPUs.",
+        },
+    )
+    reason = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 4}),
+        max_length=2000,
+        label="What they are for",
+        error_messages={"required": "Say what the GPUs are for, so the admins can decide."},
+    )
+
+
+@service_errors()
+def quota_request_page(request: HttpRequest, slug: str) -> HttpResponse:
+    """Ask the admins for more GPUs in one project (``?gpus=`` prefills the number, as the
+    order page does with what its order lacks)."""
+    project = get_object_or_404(permissions.visible_projects(request.user), slug=slug)
+    if not permissions.can_request_quota(request.user, project):
+        return forbidden(request, f"Only members of {project.slug} ask for more of its quota.")
+    wanted = request.GET.get("gpus", "")
+    initial = {"gpus": int(wanted)} if wanted.isdigit() and int(wanted) > 0 else {}
+    form = QuotaRequestForm(request.POST or None, initial=initial)
+    if request.method == "POST" and form.is_valid():
+        with form_errors(form):
+            quota_request_open(
+                requester=request.user,
+                project=project,
+                gpus=form.cleaned_data["gpus"],
+                reason=form.cleaned_data["reason"],
+            )
+            messages.success(
+                request,
+                f"Asked the admins for {form.cleaned_data['gpus']} more GPUs in {project.slug}; "
+                "you will get a notice when they decide.",
+            )
+            return redirect("dashboard")
+    quota = project.quotas.filter(user=None).first()
+    context = {
+        "project": project,
+        "form": mark_invalid(form),
+        "bars": bars(quota, usage_of([(project.pk, None)])[(project.pk, None)]),
+        "mine": QuotaRequest.objects.for_user(request.user).filter(project=project)[:5],
+    }
+    status = 400 if request.method == "POST" else 200
+    return render(request, "portal/quota_request.html", context, status=status)
+
+
+@require_POST
+@service_errors(back=lambda request, **kwargs: reverse("quotas"))
+def quota_request_decide_page(request: HttpRequest, pk: int, decision: str) -> HttpResponse:
+    """An admin grants or declines a request from its project's card on the Quotas page."""
+    if not permissions.can_set_quotas(request.user):
+        return forbidden(request, "Only admins decide requests for more quota.")
+    ask = get_object_or_404(QuotaRequest.objects.for_user(request.user), pk=pk)
+    if decision not in ("grant", "decline"):
+        return forbidden(request, "Grant or decline a request; nothing else.")
+    ask = quota_request_decide(
+        quota_request=ask,
+        actor=request.user,
+        grant=decision == "grant",
+        answer=request.POST.get("answer", ""),
+    )
+    project: Project = ask.project
+    messages.success(
+        request,
+        f"{ask.get_status_display()} {ask.requester.username}'s request for {ask.gpus} GPUs. "
+        f"{ask.answer}",
+        extra_tags=f"card:{project.slug}",
+    )
+    return redirect(reverse("quotas") + f"#q-{project.slug}")

@@ -9,15 +9,15 @@ from rest_framework import serializers
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from portal import permissions
-from portal.errors import Forbidden
-from portal.models import ApprovalPolicy, Quota
-from portal.rest import StrictSerializer
-from portal.services import (
+from instances.models import ApprovalPolicy, Quota
+from instances.services.approvals import (
     APPROVAL_EXPIRY_MAX_DAYS,
     APPROVAL_POLICY_FIELDS,
     approval_policy_set,
 )
+from portal import permissions
+from portal.errors import Forbidden
+from portal.rest import StrictSerializer
 
 
 class ApprovalPolicySerializer(serializers.ModelSerializer):

@@ -8,10 +8,10 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 
+from instances.api.idle import policy_of
+from instances.services.idle import idle_policy_set
 from portal import permissions
-from portal.api.idle import policy_of
 from portal.pages import forbidden, form_errors, mark_invalid, service_errors
-from portal.services import idle_policy_set
 
 
 def _whole(what: str) -> dict:

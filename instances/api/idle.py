@@ -9,11 +9,11 @@ from rest_framework import serializers
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from instances.models import IdlePolicy
+from instances.services.idle import IDLE_POLICY_FIELDS, idle_policy_set
 from portal import permissions
 from portal.errors import Forbidden
-from portal.models import IdlePolicy
 from portal.rest import StrictSerializer
-from portal.services import IDLE_POLICY_FIELDS, idle_policy_set
 
 
 class IdlePolicySerializer(serializers.ModelSerializer):

@@ -8,12 +8,12 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 
+from instances.api.approvals import approval_policy_of
+from instances.selectors.quotas import quota_choices
+from instances.services.approvals import approval_policy_set
+from instances.views.quotas import PolicyForm
 from portal import permissions
-from portal.api.approval import approval_policy_of
 from portal.pages import forbidden, form_errors, mark_invalid, service_errors
-from portal.quota_rows import quota_choices
-from portal.services import approval_policy_set
-from portal.views.quotas import PolicyForm
 
 REFUSED = "Only admins and the project's managers change its approval policy."
 

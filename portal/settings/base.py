@@ -266,13 +266,13 @@ CONTENT_SECURITY_POLICY = {
 }
 # Permissions-Policy (django-permissions-policy): the portal uses no device or sensor, so no
 # page, and no frame in it, may ask for one. Copying the SSH command needs clipboard-write.
+# Only features Chromium knows: it warns in every page's console of each one it does not
+# (ambient-light-sensor and bluetooth were two, on every page load).
 PERMISSIONS_POLICY: dict[str, list[str]] = {
     feature: []
     for feature in (
         "accelerometer",
-        "ambient-light-sensor",
         "autoplay",
-        "bluetooth",
         "browsing-topics",
         "camera",
         "display-capture",

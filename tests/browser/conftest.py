@@ -62,12 +62,16 @@ class BrowserLog:
 
     errors: list[str] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
+    # Chromium warns of each Permissions-Policy feature it does not know, on every page load.
+    policy_warnings: list[str] = field(default_factory=list)
 
     def watch(self, page) -> None:
         page.on("console", self._console)
         page.on("pageerror", lambda error: self.errors.append(f"uncaught: {error}"))
 
     def _console(self, message) -> None:
+        if message.type == "warning" and "Permissions-Policy" in message.text:
+            self.policy_warnings.append(message.text)
         if message.type != "error":
             return
         text = f"{message.text} ({message.location.get('url', '')})"
@@ -78,17 +82,22 @@ class BrowserLog:
     def clear(self) -> None:
         self.errors.clear()
         self.violations.clear()
+        self.policy_warnings.clear()
 
 
 @pytest.fixture
 def browser_log():
-    """Every browser test fails on a CSP violation or an uncaught script error, on any page
+    """Every browser test fails on a CSP violation, an uncaught script error or a
+    Permissions-Policy feature the browser does not know, on any page
     it visited; tests that expect a refused request (a 4xx the console logs) still pass."""
     log = BrowserLog()
     yield log
     uncaught = [error for error in log.errors if error.startswith("uncaught:")]
     assert not log.violations, "Content-Security-Policy violations:\n" + "\n".join(log.violations)
     assert not uncaught, "script errors:\n" + "\n".join(uncaught)
+    assert not log.policy_warnings, "Permissions-Policy warnings:\n" + "\n".join(
+        sorted(set(log.policy_warnings))
+    )
 
 
 @pytest.fixture

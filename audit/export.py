@@ -10,7 +10,7 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from audit import chain
+from audit.lib import chain
 from audit.models import (
     AuditChainLink,
     AuditCheckpoint,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from audit.access import reads_whole_log
+from audit.lib.access import reads_whole_log
 
 
 class Outcome(models.TextChoices):
@@ -42,7 +42,7 @@ class AuditEvent(models.Model):
     a state change made by a Celery task or a management command (actor ``system:<name>``).
 
     ``seq`` is the sequence number; the chain seals rows in ``seq`` order. Text fields hold
-    redacted, escaped text only (``audit.redaction``); ``body_summary`` is canonical JSON text
+    redacted, escaped text only (``audit.lib.redaction``); ``body_summary`` is canonical JSON text
     so that its hash never depends on how a database stores JSON.
     """
 
@@ -139,7 +139,7 @@ class AuditCheckpoint(models.Model):
     ``last_position == first_position - 1``.
 
     ``grace_seconds`` is the commit grace the seal applied and ``flagged_seqs`` the rows it
-    linked although their time says they were inserted by hand (``audit.timing``), space
+    linked although their time says they were inserted by hand (``audit.lib.timing``), space
     separated; both are signed. Checkpoints signed before they existed have no grace.
     """
 

@@ -21,8 +21,9 @@ from django.db import connection, transaction
 from django.db.models import Max, Min, Q
 from django.utils import timezone
 
-from audit import chain, timing
-from audit.context import current_request_id, current_task_started, new_request_id
+from audit.lib import chain, timing
+from audit.lib.context import current_request_id, current_task_started, new_request_id
+from audit.lib.redaction import canonical_json, clean_identifier, clean_text, redact_data
 from audit.models import (
     SYSTEM_ACTOR_PREFIX,
     AuditChainLink,
@@ -32,7 +33,6 @@ from audit.models import (
     AuditPrune,
     Outcome,
 )
-from audit.redaction import canonical_json, clean_identifier, clean_text, redact_data
 from audit.status import last_issued_seq
 from audit.witness import witness_publish_on_commit
 
@@ -195,7 +195,7 @@ def audit_chain_seal(*, now: datetime | None = None) -> AuditCheckpoint:
     checkpoint numbers are primary keys, so the second one's transaction fails and changes
     nothing.
 
-    A row whose time says it was inserted by hand (``audit.timing``: dated before its period
+    A row whose time says it was inserted by hand (``audit.lib.timing``: dated before its period
     allows, after this seal, after a higher number was sealed, or long before a lower number)
     is linked all the same, so that the chain keeps it as evidence, and named in the
     checkpoint's ``flagged_seqs``. Rows numbered below 1 are never linked.
@@ -204,7 +204,7 @@ def audit_chain_seal(*, now: datetime | None = None) -> AuditCheckpoint:
     grace = timing.commit_grace()
     with transaction.atomic():
         # Only rows numbered up to here: a row numbered later may be dated after ``now``
-        # (rule 5 of audit.timing); the next seal takes it. Never a number the sequence has
+        # (rule 5 of audit.lib.timing); the next seal takes it. Never a number the sequence has
         # not issued yet (rule 2): that row was inserted by hand and stays out of the chain.
         top = AuditEvent.objects.aggregate(top=Max("seq"))["top"] or 0
         issued = last_issued_seq()

@@ -14,7 +14,7 @@ can tell that the newest checkpoints were deleted with their links and rows.
 Each problem names the sequence numbers concerned and its own kind: an edited row, a deleted
 row, two rows swapped, a deleted checkpoint, a truncated tail, a forged checkpoint, a row
 inserted by hand (a number below 1, backdated, postdated, slipped into the sealed range, out
-of order, never sealed; see ``audit.timing``), and a few rarer ones (a broken link, a sealer
+of order, never sealed; see ``audit.lib.timing``), and a few rarer ones (a broken link, a sealer
 that stopped).
 
 A range (``--from``/``--to``) checks every checkpoint that covers it, all their links and rows,
@@ -32,7 +32,7 @@ from django.db import connection, transaction
 from django.db.models import Max, Q
 from django.utils import timezone
 
-from audit import chain, timing
+from audit.lib import chain, timing
 from audit.models import AuditChainLink, AuditCheckpoint, AuditEvent, AuditPrune
 from audit.status import last_issued_seq
 from audit.verify_rows import PAGE, Higher, Periods, Scope, check_rows, check_window
@@ -163,7 +163,7 @@ def _window(start, end) -> Q:
 def _checkpoint_range(start, end) -> tuple[int | None, int | None]:
     """Checkpoint numbers whose periods could hold the rows of the requested sequence or
     time range: a genuine row is sealed by a period that began at most the commit grace after
-    its time and ended at most the grace before it (``audit.timing``)."""
+    its time and ended at most the grace before it (``audit.lib.timing``)."""
     from_seq, from_time = _parse_bound(start)
     to_seq, to_time = _parse_bound(end)
     grace = timing.commit_grace()

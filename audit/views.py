@@ -13,10 +13,11 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from audit import chain, status
-from audit.access import reads_whole_log
-from audit.csv_stream import csv_lines
+from audit import status
 from audit.filters import METHODS, AuditEventFilter
+from audit.lib import chain
+from audit.lib.access import reads_whole_log
+from audit.lib.csv_stream import csv_lines
 from audit.models import AuditChainLink, AuditEvent, Outcome
 
 PAGE_SIZE = 50

@@ -5,9 +5,9 @@ from __future__ import annotations
 from rest_framework import permissions, viewsets
 
 from audit import status
-from audit.access import reads_whole_log
 from audit.api.serializers import AuditEventSerializer
 from audit.filters import AuditEventFilter
+from audit.lib.access import reads_whole_log
 from audit.models import AuditEvent
 
 

@@ -17,7 +17,7 @@ from django.core.management import CommandError, call_command
 from django.db import IntegrityError, connections
 from django.utils import timezone
 
-from audit import chain
+from audit.lib import chain
 from audit.models import AuditChainLink, AuditCheckpoint, AuditEvent
 from audit.services import audit_chain_seal, audit_record_system
 from audit.tasks import seal_audit_chain

@@ -33,7 +33,7 @@ from audit.models import (
     AuditPrune,
     Outcome,
 )
-from audit.status import last_issued_seq
+from audit.selectors.status import last_issued_seq
 from audit.witness import witness_publish_on_commit
 
 log = logging.getLogger(__name__)

@@ -34,7 +34,7 @@ from django.utils import timezone
 
 from audit.lib import chain, timing
 from audit.models import AuditChainLink, AuditCheckpoint, AuditEvent, AuditPrune
-from audit.status import last_issued_seq
+from audit.selectors.status import last_issued_seq
 from audit.verify_rows import PAGE, Higher, Periods, Scope, check_rows, check_window
 from audit.witness import witness_check
 

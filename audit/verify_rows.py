@@ -26,7 +26,7 @@ from django.db.models import Q
 
 from audit.lib import chain, timing
 from audit.models import AuditChainLink, AuditEvent
-from audit.status import sealed_where
+from audit.selectors.status import sealed_where
 
 PAGE = 10_000
 MAX_SWAP_CANDIDATES = 400

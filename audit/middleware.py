@@ -54,7 +54,7 @@ from audit.lib.redaction import (
     secret_values,
 )
 from audit.models import Outcome
-from audit.services import app_version, audit_event_insert, body_digest
+from audit.services.events import app_version, audit_event_insert, body_digest
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,8 @@ from audit.models import (
     AuditEvent,
     AuditExport,
 )
-from audit.services import SEAL_BATCH, audit_record_system
+from audit.services.chain import SEAL_BATCH
+from audit.services.events import audit_record_system
 
 # The signed document of one checkpoint, as the S3 export and the witness publish it.
 checkpoint_document = chain.checkpoint_document

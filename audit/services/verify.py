@@ -5,11 +5,12 @@ the chain is:
 
 1. checkpoints in number order: signatures, numbering, the chain of signatures, coverage;
 2. links in position order: no gaps, each link follows the one before, heads match checkpoints;
-3. links in sequence order merged with events in sequence order (``audit.verify_rows``): each
-   row hashes to its link and fits its period, and every row outside the chain is accounted for;
+3. links in sequence order merged with events in sequence order
+   (``audit.services.verify_rows``): each row hashes to its link and fits its period, and every
+   row outside the chain is accounted for;
 
-and over the whole chain, the checkpoints against the witness (``audit.witness``), which alone
-can tell that the newest checkpoints were deleted with their links and rows.
+and over the whole chain, the checkpoints against the witness (``audit.services.witness``),
+which alone can tell that the newest checkpoints were deleted with their links and rows.
 
 Each problem names the sequence numbers concerned and its own kind: an edited row, a deleted
 row, two rows swapped, a deleted checkpoint, a truncated tail, a forged checkpoint, a row
@@ -35,8 +36,8 @@ from django.utils import timezone
 from audit.lib import chain, timing
 from audit.models import AuditChainLink, AuditCheckpoint, AuditEvent, AuditPrune
 from audit.selectors.status import last_issued_seq
-from audit.verify_rows import PAGE, Higher, Periods, Scope, check_rows, check_window
-from audit.witness import witness_check
+from audit.services.verify_rows import PAGE, Higher, Periods, Scope, check_rows, check_window
+from audit.services.witness import witness_check
 
 CHECKPOINT_FIELDS = (
     "number",

@@ -8,7 +8,8 @@ class AuditConfig(AppConfig):
     def ready(self):
         from django.core import checks
 
-        from audit import logredact, metrics, registry, signals  # noqa: F401 - the receivers
+        from audit import metrics, registry, signals  # noqa: F401 - the receivers
+        from audit.lib import logredact
 
         logredact.install()
         # The wiring between apps (audit/registry.py): audit's own piece, and the check that

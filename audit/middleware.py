@@ -37,12 +37,11 @@ from django.template.loader import render_to_string
 from django.urls import NoReverseMatch, Resolver404, resolve
 from django.utils import timezone
 
-from audit.actors import machine_actor, machine_role, unrouted_api_caller
-from audit.bodies import ParsedBody, parse_body, summarize
-from audit.context import current_refusals, current_request_id, new_request_id, sane_request_id
-from audit.limits import Refusal, content_length, request_refusal
-from audit.models import Outcome
-from audit.redaction import (
+from audit.lib.actors import machine_actor, machine_role, unrouted_api_caller
+from audit.lib.bodies import ParsedBody, parse_body, summarize
+from audit.lib.context import current_refusals, current_request_id, new_request_id, sane_request_id
+from audit.lib.limits import Refusal, content_length, request_refusal
+from audit.lib.redaction import (
     MAX_CARRIED_SECRETS,
     MIN_SECRET,
     canonical_json,
@@ -54,7 +53,8 @@ from audit.redaction import (
     request_secrets,
     secret_values,
 )
-from audit.services import app_version, audit_event_insert, body_digest
+from audit.models import Outcome
+from audit.services.events import app_version, audit_event_insert, body_digest
 
 log = logging.getLogger(__name__)
 

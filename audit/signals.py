@@ -18,7 +18,7 @@ from django.contrib.auth.signals import user_logged_in, user_logged_out, user_lo
 from django.core.signals import got_request_exception
 from django.dispatch import receiver
 
-from audit.context import current_request_id, current_task_started, new_request_id
+from audit.lib.context import current_request_id, current_task_started, new_request_id
 
 TASK_HEADER = "portal_request_id"
 _task_tokens: dict[str, tuple[Token, Token]] = {}

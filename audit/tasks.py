@@ -12,7 +12,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from celery import shared_task
 from django.db import IntegrityError
 
-from audit import export, services
+from audit import services
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ def seal_audit_chain() -> int:
 )
 def export_audit_log() -> int:
     """Export sealed periods not yet in S3 (a no-op when PORTAL_AUDIT_S3_BUCKET is empty)."""
-    return export.audit_export_pending()
+    return services.audit_export_pending()
 
 
 @shared_task(acks_late=True)

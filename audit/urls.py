@@ -2,7 +2,7 @@
 
 from django.urls import path, register_converter
 
-from audit import views
+from audit.views import events
 
 
 class SequenceNumber:
@@ -21,9 +21,9 @@ class SequenceNumber:
 register_converter(SequenceNumber, "seq")
 
 urlpatterns = [
-    path("audit/", views.events, name="audit-events"),
-    path("audit/events/<seq:seq>/", views.event_detail, name="audit-event"),
-    path("audit/export.csv", views.export_csv, name="audit-export-csv"),
-    path("audit/export.jsonl", views.export_jsonl, name="audit-export-jsonl"),
-    path("activity/", views.my_activity, name="my-activity"),
+    path("audit/", events.events, name="audit-events"),
+    path("audit/events/<seq:seq>/", events.event_detail, name="audit-event"),
+    path("audit/export.csv", events.export_csv, name="audit-export-csv"),
+    path("audit/export.jsonl", events.export_jsonl, name="audit-export-jsonl"),
+    path("activity/", events.my_activity, name="my-activity"),
 ]

@@ -24,7 +24,7 @@ from functools import cache, cached_property
 from django.db.models import F, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import TruncMonth, TruncWeek
 
-from audit.csv_stream import csv_lines
+from audit.lib.csv_stream import csv_lines
 from billing.models import DailyRollup, MeterState
 from billing.money import (
     GPU_SECONDS_PER_TENTH_HOUR,

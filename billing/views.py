@@ -11,7 +11,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 
-from audit.csv_stream import csv_lines
+from audit.lib.csv_stream import csv_lines
 from billing.api import streamed_csv
 from billing.budgets import budget_set, budget_statuses
 from billing.cur import cur_import, cur_import_message, cur_import_s3, within_tolerance

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from asgiref.sync import sync_to_async
 from django.core.exceptions import PermissionDenied
 
-from audit.access import READ_WHOLE_LOG
+from audit.lib.access import READ_WHOLE_LOG
 from portal import permissions
 
 # Django permission -> the rule that answers it for a user.

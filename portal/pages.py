@@ -28,7 +28,7 @@ from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
-from audit.context import note_refusal
+from audit.lib.context import note_refusal
 from portal.errors import Forbidden, PortalError
 
 

@@ -31,7 +31,7 @@ ERRORS = {
     "403": "Signed in, but not allowed to do this.",
     "404": "No such object, or not one the caller may see.",
     "409": "The state of things refuses it (quota, budget, a host's status).",
-    # audit.limits answers it for every path, before any view; the limits are read from
+    # audit.lib.limits answers it for every path, before any view; the limits are read from
     # settings when the schema is generated.
     "414": "The path is longer than {path} characters or the query string longer than {query} "
     "(`uri_too_long`); send fewer or shorter parameters.",

@@ -1,9 +1,7 @@
-"""REST API for the audit log: ``GET /api/v1/audit/events/`` (admins only).
-
-``views`` holds the viewset and its permission, ``serializers`` the shapes; the filter is
-``audit.filters``, shared with the pages.
+"""audit/api/: the audit log's API, one module per topic (events: ``GET /api/v1/audit/events/``,
+admins only, its serializers beside its viewset). portal/urls.py routes the viewset listed here.
 """
 
-from audit.api.views import AuditEventViewSet
+from audit.api.events import AuditEventViewSet
 
 __all__ = ["AuditEventViewSet"]

@@ -62,10 +62,10 @@ if PORTAL_LOG_FORMAT not in {"text", "json"}:
     from django.core.exceptions import ImproperlyConfigured
 
     raise ImproperlyConfigured(f"PORTAL_LOG_FORMAT is text or json, not {PORTAL_LOG_FORMAT!r}.")
-LOGGING["filters"] = {"request_id": {"()": "audit.logs.RequestIdFilter"}}
+LOGGING["filters"] = {"request_id": {"()": "audit.lib.logs.RequestIdFilter"}}
 LOGGING["formatters"] = {
     "text": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"},
-    "json": {"()": "audit.logs.JsonFormatter"},
+    "json": {"()": "audit.lib.logs.JsonFormatter"},
 }
 LOGGING["handlers"]["console"].update(formatter=PORTAL_LOG_FORMAT, filters=["request_id"])
 # The development server's line per request ("GET /hosts/rows/ HTTP/1.1" 200): off by default,

@@ -7,7 +7,7 @@ from django.http import HttpResponseServerError, JsonResponse
 from django.template import loader
 from django.views.defaults import page_not_found
 
-from audit.context import current_request_id
+from audit.lib.context import current_request_id
 
 API_PREFIX = "/api/"
 

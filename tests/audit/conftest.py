@@ -12,7 +12,7 @@ from django.db import connection, transaction
 from django.test import Client
 from django.utils import timezone
 
-from audit import chain
+from audit.lib import chain
 from audit.models import AuditEvent
 from audit.services import audit_chain_seal
 

@@ -12,7 +12,7 @@ import pytest
 from celery.contrib.testing.worker import start_worker
 from django.core.management import call_command
 
-from audit.context import current_request_id
+from audit.lib.context import current_request_id
 from audit.models import AuditEvent
 from audit.services import audit_record_system
 from portal.celery import app as portal_app

@@ -17,11 +17,11 @@ from django.core.management import CommandError, call_command
 from django.db import IntegrityError, connections
 from django.utils import timezone
 
-from audit import chain
+from audit.lib import chain
 from audit.models import AuditChainLink, AuditCheckpoint, AuditEvent
 from audit.services import audit_chain_seal, audit_record_system
+from audit.services.verify import audit_chain_verify
 from audit.tasks import seal_audit_chain
-from audit.verify import audit_chain_verify
 from tests.audit.conftest import make_events, tampering
 
 pytestmark = pytest.mark.django_db

@@ -10,10 +10,10 @@ import pytest
 from django.core.management import CommandError, call_command
 from moto import mock_aws
 
-from audit import chain
-from audit.export import audit_export_pending, export_keys
+from audit.lib import chain
 from audit.models import AuditCheckpoint, AuditEvent, AuditExport
 from audit.services import audit_chain_seal
+from audit.services.export import audit_export_pending, export_keys
 from audit.tasks import export_audit_log
 from tests.audit.conftest import make_events
 

@@ -19,10 +19,10 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.db import DatabaseError
 
-from audit import chain
+from audit.lib import chain
 from audit.models import AuditChainLink, AuditCheckpoint, AuditEvent
 from audit.services import audit_chain_seal
-from audit.verify import audit_chain_verify
+from audit.services.verify import audit_chain_verify
 from tests.audit.conftest import MIDNIGHT, PERIOD, T0, forge, make_events, tampering
 
 pytestmark = pytest.mark.django_db

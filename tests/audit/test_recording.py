@@ -10,8 +10,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from audit.lib.redaction import redact_text
 from audit.models import AuditEvent
-from audit.redaction import redact_text
 from tests.audit.conftest import row_for, rows_for
 from tests.audit.urls import TOKEN_SECRET
 from tests.conftest import PASSWORD

@@ -12,9 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from audit.bodies import summarize_body
-from audit.models import AuditEvent
-from audit.redaction import (
+from audit.lib.bodies import summarize_body
+from audit.lib.redaction import (
     REDACTED,
     clean_text,
     escape_control,
@@ -23,6 +22,7 @@ from audit.redaction import (
     redact_query,
     redact_text,
 )
+from audit.models import AuditEvent
 from tests.audit.conftest import row_for
 
 # --- the rules, one by one ---------------------------------------------------------------
@@ -346,7 +346,7 @@ def test_a_runserver_style_request_line_is_logged_without_its_secrets(caplog):
 
 
 def test_an_object_named_after_a_token_keeps_its_id_but_not_a_secret():
-    from audit.redaction import clean_identifier
+    from audit.lib.redaction import clean_identifier
 
     assert clean_identifier("token:42") == "token:42"
     assert clean_identifier("api-key:7") == "api-key:7"

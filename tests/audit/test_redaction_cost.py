@@ -17,11 +17,10 @@ import time
 import pytest
 from django.test import RequestFactory
 
-from audit import redaction
-from audit.bodies import parse_body, summarize_body
-from audit.logredact import redact_record
-from audit.middleware import _carried_secrets
-from audit.redaction import (
+from audit.lib import redaction
+from audit.lib.bodies import parse_body, summarize_body
+from audit.lib.logredact import redact_record
+from audit.lib.redaction import (
     MAX_CARRIED_SECRETS,
     REDACTED,
     SCAN_LIMIT,
@@ -35,6 +34,7 @@ from audit.redaction import (
     request_secrets,
     secret_values,
 )
+from audit.middleware import _carried_secrets
 
 MB = 1 << 20
 # Seconds one call may take on 1 MB. Measured here: 70 ms at most, most under 10 ms.

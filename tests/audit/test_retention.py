@@ -11,8 +11,8 @@ from django.utils import timezone
 
 from audit.models import AuditChainLink, AuditCheckpoint, AuditEvent, AuditExport, AuditPrune
 from audit.services import audit_chain_seal, audit_retention_apply
+from audit.services.verify import audit_chain_verify
 from audit.tasks import apply_audit_retention
-from audit.verify import audit_chain_verify
 from tests.audit.conftest import make_events, tampering
 
 # Periods are aged in days from now: the clock stands still while each test runs.

@@ -10,7 +10,7 @@ import pytest
 
 from audit.models import AuditCheckpoint, AuditEvent
 from audit.services import audit_chain_seal
-from audit.verify import audit_chain_verify
+from audit.services.verify import audit_chain_verify
 from tests.audit.conftest import make_events, tampering
 
 pytestmark = pytest.mark.django_db

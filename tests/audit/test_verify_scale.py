@@ -8,7 +8,7 @@ import pytest
 
 from audit.models import AuditChainLink
 from audit.services import audit_chain_seal
-from audit.verify import audit_chain_verify
+from audit.services.verify import audit_chain_verify
 from tests.audit.conftest import make_events
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sweep]

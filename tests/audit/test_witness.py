@@ -23,10 +23,10 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.db import IntegrityError, transaction
 
-from audit import chain
+from audit.lib import chain
 from audit.models import AuditChainLink, AuditCheckpoint, AuditEvent
 from audit.services import audit_chain_seal, audit_retention_apply
-from audit.verify import audit_chain_verify
+from audit.services.verify import audit_chain_verify
 from tests.audit.conftest import MIDNIGHT, PERIOD, make_events, tampering
 
 pytestmark = pytest.mark.django_db

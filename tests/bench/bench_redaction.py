@@ -35,7 +35,7 @@ def _seconds_per_call(call, *, at_least: float = 0.5, reps: int = 1) -> float:
 
 
 def run(report) -> None:
-    from audit.redaction import clean_text, redact_text
+    from audit.lib.redaction import clean_text, redact_text
 
     for name, unit in INPUTS.items():
         small, big = _fill(unit, KB), _fill(unit, MB)

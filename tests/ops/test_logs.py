@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import logging
 
-from audit.context import current_request_id
-from audit.logs import JsonFormatter, RequestIdFilter
+from audit.lib.context import current_request_id
+from audit.lib.logs import JsonFormatter, RequestIdFilter
 
 
 def emit(formatter: logging.Formatter, message: str, *args, **extra) -> str:

@@ -7,7 +7,7 @@ from django.core.exceptions import PermissionDenied
 from django.test import Client, RequestFactory
 from django.views.defaults import permission_denied
 
-from audit.context import current_request_id
+from audit.lib.context import current_request_id
 from portal import urls
 from portal.views.errors import server_error
 

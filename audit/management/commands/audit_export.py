@@ -5,9 +5,9 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from audit.export import audit_export_pending, audit_export_period
 from audit.models import AuditCheckpoint
 from audit.services import audit_record_system
+from audit.services.export import audit_export_pending, audit_export_period
 
 
 class Command(BaseCommand):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from audit.verify import audit_chain_verify
+from audit.services.verify import audit_chain_verify
 
 
 class Command(BaseCommand):

@@ -13,11 +13,12 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from audit import chain, status
-from audit.access import reads_whole_log
-from audit.csv_stream import csv_lines
-from audit.filters import METHODS, AuditEventFilter
+from audit.lib import chain
+from audit.lib.access import reads_whole_log
+from audit.lib.csv_stream import csv_lines
 from audit.models import AuditChainLink, AuditEvent, Outcome
+from audit.selectors import status
+from audit.selectors.filters import METHODS, AuditEventFilter
 
 PAGE_SIZE = 50
 EXPORT_FIELDS = ["seq", *chain.CONTENT_FIELDS]

@@ -3,7 +3,7 @@
 * ``sealed``: linked into the chain under a signed checkpoint, and dated as a genuine row is.
 * ``pending``: not sealed yet, and young enough for the next seal to take it.
 * ``outside``: a row ``audit_verify`` reports: a number below 1, a row the seals should have
-  taken long ago, a row whose time says it was inserted by hand (``audit.timing``), one its seal
+  taken long ago, a row whose time says it was inserted by hand (``audit.lib.timing``), one its seal
   flagged, or a link no checkpoint covers.
 
 A page of rows costs a fixed number of queries, never one per row. The pages judge a row by
@@ -21,7 +21,7 @@ from django.db import connection
 from django.db.models import Max, OuterRef, Subquery
 from django.utils import timezone
 
-from audit import timing
+from audit.lib import timing
 from audit.models import AuditChainLink, AuditCheckpoint, AuditEvent
 
 SEALED = "sealed"

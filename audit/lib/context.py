@@ -10,7 +10,7 @@ import re
 import uuid
 from contextvars import ContextVar
 
-from audit.redaction import redact_text
+from audit.lib.redaction import redact_text
 
 current_request_id: ContextVar[str | None] = ContextVar("portal_request_id", default=None)
 

@@ -10,14 +10,15 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from audit import chain
+from audit.lib import chain
 from audit.models import (
     AuditChainLink,
     AuditCheckpoint,
     AuditEvent,
     AuditExport,
 )
-from audit.services import SEAL_BATCH, audit_record_system
+from audit.services.chain import SEAL_BATCH
+from audit.services.events import audit_record_system
 
 # The signed document of one checkpoint, as the S3 export and the witness publish it.
 checkpoint_document = chain.checkpoint_document

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
 
-from audit.redaction import (
+from audit.lib.redaction import (
     MAX_FORM_FIELDS,
     MAX_ITEMS,
     MAX_SUMMARY,

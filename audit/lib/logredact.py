@@ -3,14 +3,14 @@
 Redaction happens where a log record is made (a record factory), not in one handler, so that
 every handler sees the redacted text: the console, a file, Sentry, pytest's caplog. Django
 logs request paths, runserver logs whole request lines with their query strings, and an
-exception message can quote the input; all go through :func:`audit.redaction.redact_text`.
+exception message can quote the input; all go through :func:`audit.lib.redaction.redact_text`.
 """
 
 from __future__ import annotations
 
 import logging
 
-from audit.redaction import redact_text
+from audit.lib.redaction import redact_text
 
 _formatter = logging.Formatter()
 

@@ -17,7 +17,7 @@ from rest_framework.exceptions import APIException
 from rest_framework.request import Request
 from rest_framework.settings import api_settings
 
-from audit.redaction import clean_text
+from audit.lib.redaction import clean_text
 
 
 def machine_actor(request: HttpRequest) -> str:

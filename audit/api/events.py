@@ -1,12 +1,16 @@
-"""Serializers of the audit log's API."""
+"""audit/api/events.py: the audit log in the API, ``GET /api/v1/audit/events/`` (admins only):
+its serializers, its permission and its viewset. The filter is audit.selectors.filters, shared
+with the pages."""
 
 from __future__ import annotations
 
-from rest_framework import serializers
+from rest_framework import permissions, serializers, viewsets
 
-from audit import status
+from audit.lib.access import reads_whole_log
 from audit.models import AuditEvent
-from audit.status import body_summary
+from audit.selectors import status
+from audit.selectors.filters import AuditEventFilter
+from audit.selectors.status import body_summary
 
 
 class ActorSerializer(serializers.Serializer):
@@ -65,3 +69,38 @@ class AuditEventSerializer(serializers.ModelSerializer):
 
     def get_body_summary(self, event: AuditEvent) -> dict | list | None:
         return body_summary(event)
+
+
+class IsPortalAdmin(permissions.BasePermission):
+    """Only admins read the log; researchers and finance see their own on My activity."""
+
+    message = "Only portal admins can read the audit log; your own activity is at /activity/."
+
+    def has_permission(self, request, view):
+        return reads_whole_log(request.user)
+
+
+class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):
+    """The audit log, newest first: one row per API call, unsafe page request, sign-in, admin
+    action, and state change made by a task or command. Filter by actor, time, method,
+    status, outcome, path and object."""
+
+    serializer_class = AuditEventSerializer
+    permission_classes = [permissions.IsAuthenticated, IsPortalAdmin]
+    filterset_class = AuditEventFilter
+    lookup_field = "seq"
+    # A forged row may carry a number below 1; it can be read like any other.
+    lookup_value_regex = r"-?[0-9]+"
+
+    def get_queryset(self):
+        return AuditEvent.objects.for_user(self.request.user).order_by("-seq")
+
+    def paginate_queryset(self, queryset):
+        # Where each row stands against the chain, for the whole page in a few queries.
+        page = super().paginate_queryset(queryset)
+        return status.annotate_chain(page) if page is not None else None
+
+    def get_object(self):
+        event = super().get_object()
+        status.annotate_chain([event])
+        return event

@@ -3,7 +3,7 @@
 ``PORTAL_LOG_FORMAT=json`` gives one JSON object per line (twelve-factor: the platform collects
 stdout); the default is readable text for ``make run``. Either way the request id of the web
 request or Celery task in progress is on the line (``-`` outside both), and the text has been
-through the secret scrubbing of audit/logredact.py, which runs where a record is made.
+through the secret scrubbing of audit/lib/logredact.py, which runs where a record is made.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import json
 import logging
 from datetime import UTC, datetime
 
-from audit.context import current_request_id
-from audit.redaction import redact_text
+from audit.lib.context import current_request_id
+from audit.lib.redaction import redact_text
 
 # LogRecord attributes that are not extra fields of the call.
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}

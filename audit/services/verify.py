@@ -5,16 +5,17 @@ the chain is:
 
 1. checkpoints in number order: signatures, numbering, the chain of signatures, coverage;
 2. links in position order: no gaps, each link follows the one before, heads match checkpoints;
-3. links in sequence order merged with events in sequence order (``audit.verify_rows``): each
-   row hashes to its link and fits its period, and every row outside the chain is accounted for;
+3. links in sequence order merged with events in sequence order
+   (``audit.services.verify_rows``): each row hashes to its link and fits its period, and every
+   row outside the chain is accounted for;
 
-and over the whole chain, the checkpoints against the witness (``audit.witness``), which alone
-can tell that the newest checkpoints were deleted with their links and rows.
+and over the whole chain, the checkpoints against the witness (``audit.services.witness``),
+which alone can tell that the newest checkpoints were deleted with their links and rows.
 
 Each problem names the sequence numbers concerned and its own kind: an edited row, a deleted
 row, two rows swapped, a deleted checkpoint, a truncated tail, a forged checkpoint, a row
 inserted by hand (a number below 1, backdated, postdated, slipped into the sealed range, out
-of order, never sealed; see ``audit.timing``), and a few rarer ones (a broken link, a sealer
+of order, never sealed; see ``audit.lib.timing``), and a few rarer ones (a broken link, a sealer
 that stopped).
 
 A range (``--from``/``--to``) checks every checkpoint that covers it, all their links and rows,
@@ -32,11 +33,11 @@ from django.db import connection, transaction
 from django.db.models import Max, Q
 from django.utils import timezone
 
-from audit import chain, timing
+from audit.lib import chain, timing
 from audit.models import AuditChainLink, AuditCheckpoint, AuditEvent, AuditPrune
-from audit.status import last_issued_seq
-from audit.verify_rows import PAGE, Higher, Periods, Scope, check_rows, check_window
-from audit.witness import witness_check
+from audit.selectors.status import last_issued_seq
+from audit.services.verify_rows import PAGE, Higher, Periods, Scope, check_rows, check_window
+from audit.services.witness import witness_check
 
 CHECKPOINT_FIELDS = (
     "number",
@@ -163,7 +164,7 @@ def _window(start, end) -> Q:
 def _checkpoint_range(start, end) -> tuple[int | None, int | None]:
     """Checkpoint numbers whose periods could hold the rows of the requested sequence or
     time range: a genuine row is sealed by a period that began at most the commit grace after
-    its time and ended at most the grace before it (``audit.timing``)."""
+    its time and ended at most the grace before it (``audit.lib.timing``)."""
     from_seq, from_time = _parse_bound(start)
     to_seq, to_time = _parse_bound(end)
     grace = timing.commit_grace()

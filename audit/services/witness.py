@@ -28,7 +28,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from audit import chain
+from audit.lib import chain
 from audit.models import AuditCheckpoint, AuditEvent
 
 log = logging.getLogger("audit.witness")

@@ -5,7 +5,7 @@ however many rows there are (the checkpoints in scope are kept as compact arrays
 five-minute periods is about 105,000 entries). Each row is one of:
 
 * sealed in scope: its content must hash to its link, and its time must fit the period it was
-  sealed into (``audit.timing``);
+  sealed into (``audit.lib.timing``);
 * sealed by a checkpoint outside the range being verified: checked when that range is;
 * not sealed: waiting for the next seal while it is young, otherwise reported with the reason.
 
@@ -24,9 +24,9 @@ from typing import Any
 
 from django.db.models import Q
 
-from audit import chain, timing
+from audit.lib import chain, timing
 from audit.models import AuditChainLink, AuditEvent
-from audit.status import sealed_where
+from audit.selectors.status import sealed_where
 
 PAGE = 10_000
 MAX_SWAP_CANDIDATES = 400

@@ -1,0 +1,1 @@
+"""audit/lib/: small helpers of the audit app that are not a layer."""

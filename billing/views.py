@@ -13,13 +13,13 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from audit.lib.csv_stream import csv_lines
 from billing.api import streamed_csv
-from billing.budgets import budget_set, budget_statuses
-from billing.cur import cur_import, cur_import_message, cur_import_s3, within_tolerance
 from billing.forms import OPENING_RANGE, BudgetForm, CurUploadForm, ReportForm, presets
+from billing.lib.money import dollars
+from billing.lib.rules import rates_in_words, rules_in_words
 from billing.models import Budget, BudgetAlert, CurImport, CurResult
-from billing.money import dollars
-from billing.reports import GRANULARITIES, GROUPS, cost_report, last_metered_at
-from billing.rules import rates_in_words, rules_in_words
+from billing.selectors.reports import GRANULARITIES, GROUPS, cost_report, last_metered_at
+from billing.services.budgets import budget_set, budget_statuses
+from billing.services.cur import cur_import, cur_import_message, cur_import_s3, within_tolerance
 from instances.models import InstanceType, Market, Pool
 from portal import permissions
 from portal.models import Membership, Project

@@ -10,9 +10,9 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
-from billing.budgets import BUDGET_MIN, BUDGET_MIN_MESSAGE, THRESHOLDS_MAX, BudgetStatus
 from billing.models import Budget, BudgetAlert
-from billing.reports import GRANULARITIES, GROUPS, Exact, Figures, Report
+from billing.selectors.reports import GRANULARITIES, GROUPS, Exact, Figures, Report
+from billing.services.budgets import BUDGET_MIN, BUDGET_MIN_MESSAGE, THRESHOLDS_MAX, BudgetStatus
 from portal.rest import StrictSerializer
 
 MONEY = {"max_digits": 16, "decimal_places": 2, "coerce_to_string": True}

@@ -20,10 +20,10 @@ from billing.api.serializers import (
     budget_body,
     report_body,
 )
-from billing.budgets import budget_set, budget_statuses
 from billing.forms import ReportForm
 from billing.models import BudgetAlert
-from billing.reports import Report, cost_report, csv_rows
+from billing.selectors.reports import Report, cost_report, csv_rows
+from billing.services.budgets import budget_set, budget_statuses
 from portal.models import Project
 
 

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from billing.money import RS_PER_CENT, allocate, allocate_split, micros, round_half_up
-from billing.reports import Exact, ReportQuery, report_round
+from billing.lib.money import RS_PER_CENT, allocate, allocate_split, micros, round_half_up
+from billing.selectors.reports import Exact, ReportQuery, report_round
 
 UNIT = 100
 # Values on a grid of quarter units (and a few odd ones), so that equal remainders and equal

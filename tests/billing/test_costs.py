@@ -46,7 +46,7 @@ def test_finance_sees_every_project_with_spot_and_on_demand_and_the_savings(api_
 def test_the_body_is_what_the_documented_schema_says(api_as, fin, month, group_by):
     """The endpoint builds its JSON directly; it must be exactly what the schema's serializer
     would have made of the same report."""
-    from billing.api.serializers import CostReportSerializer, report_body
+    from billing.api.reports import CostReportSerializer, report_body
     from billing.forms import ReportForm
     from billing.selectors.reports import cost_report
 

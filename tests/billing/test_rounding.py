@@ -272,7 +272,7 @@ def test_the_page_prints_the_rounding_rule(client, fin, twin_spend):
 def test_the_api_prints_whole_units_as_decimal_would_without_dividing(places):
     from random import Random
 
-    from billing.api.serializers import _fixed
+    from billing.api.reports import _fixed
 
     edges = [0, 1, -1, 9, -9, 10, 99, 100, -100, 10**places, 10**20 + 7, -(10**20)]
     values = edges + [Random(places).randint(-(10**12), 10**12) for _ in range(2000)]

@@ -7,7 +7,8 @@ class BillingConfig(AppConfig):
 
     def ready(self) -> None:
         from audit import registry
-        from billing import budgets, metering, metrics, panels, prices
+        from billing import metrics, panels
+        from billing.services import budgets, metering, prices
 
         # What instances and portal ask of billing (audit/registry.py declares the stores and
         # the order their pieces run in: the budget check after the quota check).

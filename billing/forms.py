@@ -10,9 +10,9 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from billing.budgets import BUDGET_MIN, BUDGET_MIN_MESSAGE
 from billing.models import Budget, DailyRollup
-from billing.reports import FIRST_DAY, GRANULARITIES, GROUPS, LAST_DAY, ReportQuery
+from billing.selectors.reports import FIRST_DAY, GRANULARITIES, GROUPS, LAST_DAY, ReportQuery
+from billing.services.budgets import BUDGET_MIN, BUDGET_MIN_MESSAGE
 from instances.models import InstanceType, Market, Pool
 from portal import permissions
 from portal.models import Membership, Project, User

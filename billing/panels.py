@@ -9,10 +9,10 @@ from decimal import Decimal
 
 from django.utils import timezone
 
-from billing.budgets import budget_statuses
-from billing.money import dollars
-from billing.reports import ReportQuery, cost_report
-from billing.rules import month_of
+from billing.lib.money import dollars
+from billing.lib.rules import month_of
+from billing.selectors.reports import ReportQuery, cost_report
+from billing.services.budgets import budget_statuses
 from portal import permissions
 from portal.models import Project, User
 from portal.panels import Panel

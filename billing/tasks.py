@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from billing.budgets import budgets_check
-from billing.metering import usage_meter
-from billing.prices import spot_prices_refresh
-from billing.rollups import rollups_refresh
+from billing.services.budgets import budgets_check
+from billing.services.metering import usage_meter
+from billing.services.prices import spot_prices_refresh
+from billing.services.rollups import rollups_refresh
 from instances.providers.base import ProviderTransientError
 
 

@@ -2,12 +2,12 @@
 
 from django.urls import path
 
-from billing import views
+from billing.views import budgets, cur, reports
 
 urlpatterns = [
-    path("costs/", views.costs, name="costs"),
-    path("costs/export.csv", views.costs_csv, name="costs-csv"),
-    path("costs/reconciliation/", views.reconciliation, name="reconciliation"),
-    path("costs/reconciliation.csv", views.reconciliation_csv, name="reconciliation-csv"),
-    path("budgets/", views.budgets, name="budgets"),
+    path("costs/", reports.costs, name="costs"),
+    path("costs/export.csv", reports.costs_csv, name="costs-csv"),
+    path("costs/reconciliation/", cur.reconciliation, name="reconciliation"),
+    path("costs/reconciliation.csv", cur.reconciliation_csv, name="reconciliation-csv"),
+    path("budgets/", budgets.budgets, name="budgets"),
 ]

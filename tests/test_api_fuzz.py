@@ -77,7 +77,7 @@ class World:
 @pytest.fixture
 def world(running_host, place_order, alice, bob, carol, ada, fin, projects, catalog):
     from audit.models import AuditEvent
-    from billing.budgets import budget_set
+    from billing.services.budgets import budget_set
     from instances.models import Image, InstanceType
     from instances.services import approval_policy_set, quota_set
     from portal.models import ApiToken

@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from audit.services import audit_record_system
-from billing.budgets import budget_set
+from billing.services.budgets import budget_set
 from instances import services
 from instances.models import Image, InstanceType, Order, Pool, PoolEvent, QuotaRequest
 from instances.services import quota_request_open, quota_set

@@ -19,18 +19,18 @@ from audit.registry import (
     wiring,
     wiring_problems,
 )
-from billing.budgets import budget_check
-from billing.metering import costs_so_far
+from billing.services.budgets import budget_check
+from billing.services.metering import costs_so_far
 
 # What each store holds, in order: the piece's name and the callable's dotted path.
 EXPECTED = {
     "order_admission_checks": [
         ("quota", "instances.services.quotas.quota_check"),
-        ("budget", "billing.budgets.budget_check"),
+        ("budget", "billing.services.budgets.budget_check"),
     ],
     "order_headroom": [
         ("quota", "instances.services.quotas.quota_headroom"),
-        ("budget", "billing.budgets.budget_headroom"),
+        ("budget", "billing.services.budgets.budget_headroom"),
     ],
     "dashboard_panels": [
         ("operations", "instances.panels.operations_panel"),
@@ -49,10 +49,10 @@ EXPECTED = {
         ("pools", "instances.metrics.collect_pools"),
         ("billing", "billing.metrics.collect"),
     ],
-    "price_changed": [("price_history", "billing.prices.list_price_record")],
-    "instance_cost": [("instance_cost", "billing.metering.costs_so_far")],
-    "instance_rate": [("instance_rate", "billing.budgets.host_rate_per_hour")],
-    "instance_cost_notes": [("instance_cost_notes", "billing.metering.cost_notes")],
+    "price_changed": [("price_history", "billing.services.prices.list_price_record")],
+    "instance_cost": [("instance_cost", "billing.services.metering.costs_so_far")],
+    "instance_rate": [("instance_rate", "billing.services.budgets.host_rate_per_hour")],
+    "instance_cost_notes": [("instance_cost_notes", "billing.services.metering.cost_notes")],
 }
 
 
@@ -115,7 +115,8 @@ def test_a_callable_of_the_wrong_shape_is_refused():
 
 def test_filling_a_slot_a_second_time_is_refused():
     with pytest.raises(
-        WiringError, match=r"instance_cost is already answered by billing\.metering\.costs_so_far"
+        WiringError,
+        match=r"instance_cost is already answered by billing\.services\.metering\.costs_so_far",
     ):
         INSTANCE_COST.register(costs_so_far)
     assert INSTANCE_COST.get() is costs_so_far

@@ -7,7 +7,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter
 
 from billing.forms import MAX_DAYS_BY_DAY
-from billing.reports import FIRST_DAY, GRANULARITIES, GROUPS, LAST_DAY
+from billing.selectors.reports import FIRST_DAY, GRANULARITIES, GROUPS, LAST_DAY
 from instances.models import Market
 from portal.schema import NO_NUL
 

@@ -31,10 +31,10 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.test.utils import override_settings
 
-from billing.budgets import budgets_check
-from billing.metering import usage_meter
-from billing.prices import spot_prices_refresh
-from billing.rollups import rollups_refresh
+from billing.services.budgets import budgets_check
+from billing.services.metering import usage_meter
+from billing.services.prices import spot_prices_refresh
+from billing.services.rollups import rollups_refresh
 from demo.services.present import present_build, price_cut_apply, price_cut_prepare
 from demo.services.sample_cur import sample_cur_import
 from demo.services.session import Session

@@ -19,9 +19,9 @@ from decimal import Decimal
 from django.conf import settings
 from django.db.models import Sum
 
-from billing.cur import LEGACY, LEGACY_TAG, cur_import
+from billing.lib.money import RS_PER_DOLLAR
 from billing.models import CurImport, Usage
-from billing.money import RS_PER_DOLLAR
+from billing.services.cur import LEGACY, LEGACY_TAG, cur_import
 from portal.models import User
 
 DAYS = 7

@@ -123,7 +123,7 @@ def _hosts(cursor, projects, users) -> tuple[int, int]:
     generate_series. Returns (hosts, instance types used)."""
     from django.conf import settings
 
-    from billing.money import micros
+    from billing.lib.money import micros
     from instances.models import Image, Instance, InstanceType, Order
 
     types = list(InstanceType.objects.offered().order_by("on_demand_price_per_hour", "name"))
@@ -375,7 +375,7 @@ def _goal(met: bool) -> str:
 def _run(report) -> None:
     from django.db import connection, transaction
 
-    from billing.rollups import rollups_rebuild
+    from billing.services.rollups import rollups_rebuild
 
     load = os.getloadavg()[0]
     fin, projects, users = _people()
@@ -441,9 +441,9 @@ def _report_vs_usage(report, fin) -> str:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
+    from billing.lib.money import GPU_SECONDS_PER_TENTH_HOUR, RS_PER_CENT, round_half_up
     from billing.models import DailyRollup
-    from billing.money import GPU_SECONDS_PER_TENTH_HOUR, RS_PER_CENT, round_half_up
-    from billing.reports import ReportQuery, cost_report
+    from billing.selectors.reports import ReportQuery, cost_report
 
     query = ReportQuery(start=FIRST_DAY, end=LAST_DAY, group_by="project", granularity="month")
     with CaptureQueriesContext(connection) as captured:
@@ -504,7 +504,7 @@ def _api_vs_sql(report, fin, rollup_sql: str) -> None:
         response = client.get(path)
         assert response.status_code == 200, response.content[:300]
 
-    from billing.reports import ReportQuery, cost_report
+    from billing.selectors.reports import ReportQuery, cost_report
 
     body = client.get(url).json()
     assert len(body["lines"]) == PROJECTS * 3, len(body["lines"])
@@ -563,7 +563,7 @@ def _refresh_vs_rebuild(report, rebuild: float) -> None:
     from django.db import connection
 
     from billing.models import RollupDelta
-    from billing.rollups import rollups_refresh
+    from billing.services.rollups import rollups_refresh
 
     def new_hour(hour: int) -> float:
         """Write hour ``hour`` of the day after the data as metering would: its usage rows and

@@ -20,10 +20,10 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-import billing.metering
+import billing.services.metering
+from billing.lib.money import micros
 from billing.models import SpotPrice
-from billing.money import micros
-from billing.prices import RateHistories
+from billing.services.prices import RateHistories
 from instances.models import Instance, Market, Order
 from portal.models import User
 
@@ -40,7 +40,7 @@ class ReadAsBefore(RateHistories):
         super().__init__([])  # the empty histories, filled below
         types = {host.instance_type_id for host, _, _ in windows}
         if types:
-            rows = billing.prices.ListPrice.objects.filter(instance_type_id__in=types)
+            rows = billing.services.prices.ListPrice.objects.filter(instance_type_id__in=types)
             for type_id, at, price in rows.order_by("at").values_list(
                 "instance_type_id", "at", "price_per_hour"
             ):
@@ -88,12 +88,12 @@ class ReadAsBefore(RateHistories):
 
 @contextmanager
 def reading(histories):
-    saved = billing.metering.RateHistories
-    billing.metering.RateHistories = histories
+    saved = billing.services.metering.RateHistories
+    billing.services.metering.RateHistories = histories
     try:
         yield
     finally:
-        billing.metering.RateHistories = saved
+        billing.services.metering.RateHistories = saved
 
 
 def _rows_read(captured) -> int:

@@ -11,9 +11,9 @@ from django.core import mail
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from billing.budgets import BUDGET_MIN_MESSAGE, budget_set, budget_status, budgets_check
+from billing.lib.money import micros
 from billing.models import Budget, BudgetAlert
-from billing.money import micros
+from billing.services.budgets import BUDGET_MIN_MESSAGE, budget_set, budget_status, budgets_check
 from instances.models import Instance
 from portal.errors import Forbidden
 from portal.models import Membership, Notice
@@ -304,7 +304,7 @@ def test_researchers_set_no_budgets(vision, alice):
 
 def test_an_inactive_finance_account_sets_no_budget_and_reconciles_nothing(vision, fin, ada):
     """Billing asks portal.permissions, where an inactive account holds no role."""
-    from billing.cur import cur_import
+    from billing.services.cur import cur_import
 
     for person in (fin, ada):
         person.is_active = False
@@ -387,7 +387,7 @@ def test_a_zero_budget_is_refused_by_page_and_api_alike(client, api_as, fin, pro
 
 
 def test_more_thresholds_than_a_budget_takes_are_refused_by_api_and_service(api_as, fin, projects):
-    from billing.budgets import THRESHOLDS_MAX
+    from billing.services.budgets import THRESHOLDS_MAX
 
     many = list(range(1, THRESHOLDS_MAX + 2))
     response = api_as(fin).put(

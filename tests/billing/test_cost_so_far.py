@@ -16,9 +16,9 @@ from django.db.models import Sum
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from billing.lib.money import dollars
+from billing.lib.rules import Ended
 from billing.models import Usage
-from billing.money import dollars
-from billing.rules import Ended
 from instances.models import Instance, InstanceType
 from instances.selectors.costs import cost_so_far, costs_so_far
 from instances.services import instance_type_record_spot_price

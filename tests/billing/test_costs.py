@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import pytest
 
-from billing.money import micros
+from billing.lib.money import micros
 
 
 @pytest.fixture
@@ -46,9 +46,9 @@ def test_finance_sees_every_project_with_spot_and_on_demand_and_the_savings(api_
 def test_the_body_is_what_the_documented_schema_says(api_as, fin, month, group_by):
     """The endpoint builds its JSON directly; it must be exactly what the schema's serializer
     would have made of the same report."""
-    from billing.api.serializers import CostReportSerializer, report_body
+    from billing.api.reports import CostReportSerializer, report_body
     from billing.forms import ReportForm
-    from billing.reports import cost_report
+    from billing.selectors.reports import cost_report
 
     params = {"start": month["start"], "end": month["end"], "group_by": group_by}
     body = api_as(fin).get(f"/api/v1/costs/?{query(month, group_by=group_by)}").json()
@@ -134,7 +134,7 @@ def test_the_total_is_the_spend_rounded_once_as_the_budget_shows_it(
 ):
     # On-demand $0.0168 and spot $0.0052 round to 2 + 1 cents apart, but they spend $0.0219:
     # the total says $0.02, as the budget does, and the columns still add up to it.
-    from billing.budgets import budget_set, budget_statuses
+    from billing.services.budgets import budget_set, budget_statuses
 
     list_price("g5.xlarge", "1.006", at(hours=-1))
     spot_price("g5.xlarge", "0.3105", at(hours=-1))
@@ -198,7 +198,7 @@ def test_a_report_reads_its_sums_and_its_labels_in_one_query(fin, month, group_b
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from billing.reports import ReportQuery, cost_report
+    from billing.selectors.reports import ReportQuery, cost_report
 
     query = ReportQuery(
         start=date.fromisoformat(month["start"]),
@@ -253,7 +253,7 @@ def test_anonymous_callers_get_401(client, db):
 
 
 def test_budgets_list_shows_spend_against_budget(api_as, ada, alice, spend, projects):
-    from billing.budgets import budget_set
+    from billing.services.budgets import budget_set
 
     budget_set(project=projects["vision-lab"], actor=ada, monthly_amount="1000.00")
     spend("12.34")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from billing.models import DailyRollup, Usage
-from billing.rollups import rollups_rebuild
+from billing.services.rollups import rollups_rebuild
 from instances import services
 from instances.models import Image, Instance
 from tests.conftest import ED25519

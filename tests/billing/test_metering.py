@@ -11,10 +11,10 @@ from django.core.management import call_command
 from django.db.models import Max, Sum
 from django.utils import timezone
 
-from billing.metering import instance_meter, usage_meter
+from billing.lib.money import micros
 from billing.models import DailyRollup, ListPrice, MeterMark, MeterState, RollupDelta, Usage
-from billing.money import micros
-from billing.rollups import rollups_rebuild, rollups_refresh
+from billing.services.metering import instance_meter, usage_meter
+from billing.services.rollups import rollups_rebuild, rollups_refresh
 from instances.models import InstanceEvent, InstanceType
 from instances.services import instance_type_save
 
@@ -109,7 +109,7 @@ def test_a_host_running_into_a_new_month_and_year_is_billed_to_each(
 ):
     """Started at 23:30 on 31 December and metered at 00:30: half an hour on each side, on
     each day's row, in each month's budget spend and in each month of the cost report."""
-    from billing.budgets import budget_status
+    from billing.services.budgets import budget_status
 
     running_host()
     boundary_clock.shift(timedelta(hours=1))
@@ -483,7 +483,7 @@ def test_a_refresh_that_starts_while_another_runs_adds_nothing_twice(
     meter(now=at(hours=3))
     run(host(), at(hours=30), at(hours=31))  # the next day: new rollup rows to create
     usage_meter(now=at(hours=32))  # deltas pending
-    from billing import rollups
+    from billing.services import rollups
 
     add = rollups._rollups_add
 

@@ -6,8 +6,8 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from billing.metering import usage_meter
 from billing.models import Usage
+from billing.services.metering import usage_meter
 
 
 def _pass_queries(units: int, *, host, run, at, spot_price, list_price) -> tuple[int, int]:

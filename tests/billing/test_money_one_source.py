@@ -11,7 +11,7 @@ from decimal import Decimal
 import pytest
 from django.test import Client
 
-from billing.budgets import budget_set
+from billing.services.budgets import budget_set
 from instances.models import Instance, InstanceType
 from instances.services.transitions import instance_transition
 

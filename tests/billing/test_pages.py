@@ -8,8 +8,8 @@ from decimal import Decimal
 import pytest
 from bs4 import BeautifulSoup
 
-from billing.budgets import budget_set
 from billing.models import Budget
+from billing.services.budgets import budget_set
 
 
 @pytest.fixture
@@ -48,7 +48,7 @@ def test_finance_sees_the_totals_the_split_and_the_savings(client, fin, spent):
 
 
 def test_the_page_explains_the_rules_from_the_same_table(client, alice, spent):
-    from billing.rules import RULES
+    from billing.lib.rules import RULES
 
     _, soup = page(client, alice, f"/costs/?{spent}")
     text = soup.select_one(".rules-card").text
@@ -132,8 +132,8 @@ def test_the_dashboard_shows_each_project_spend_against_its_budget(
 ):
     from django.utils import timezone
 
+    from billing.lib.money import micros
     from billing.models import DailyRollup
-    from billing.money import micros
 
     budget_set(project=projects["vision-lab"], actor=ada, monthly_amount="0.20")
     DailyRollup.objects.create(  # $0.11 spent today, as metering would have rolled it up
@@ -201,7 +201,7 @@ def test_costs_says_when_the_last_metering_pass_ran_in_one_read(
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from billing.reports import last_metered_at
+    from billing.selectors.reports import last_metered_at
 
     passed = clock.now
     clock.shift(timedelta(minutes=7))
@@ -214,7 +214,7 @@ def test_costs_says_when_the_last_metering_pass_ran_in_one_read(
 
 
 def test_costs_says_nothing_of_metering_before_the_first_pass(client, fin, clock):
-    from billing.reports import last_metered_at
+    from billing.selectors.reports import last_metered_at
 
     assert last_metered_at() is None
     _, soup = page(client, fin, "/costs/")

@@ -11,9 +11,9 @@ from django.contrib import admin
 from django.test import RequestFactory
 
 from audit.registry import PRICE_CHANGED
-from billing.metering import usage_meter
 from billing.models import ListPrice
-from billing.prices import list_price_record
+from billing.services.metering import usage_meter
+from billing.services.prices import list_price_record
 from instances.models import InstanceType
 
 

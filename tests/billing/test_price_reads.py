@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from billing.models import SpotPrice
-from billing.prices import RateHistories, spans_of
+from billing.services.prices import RateHistories, spans_of
 
 DAYS = 30
 EVERY = timedelta(minutes=10)

@@ -15,9 +15,9 @@ from django.core.exceptions import ValidationError
 from django.core.management import call_command
 from moto import mock_aws
 
-from billing.cur import cur_import, within_tolerance
+from billing.lib.money import RS_PER_DOLLAR
 from billing.models import CurImport, CurResult
-from billing.money import RS_PER_DOLLAR
+from billing.services.cur import cur_import, within_tolerance
 from instances.models import Instance
 
 LEGACY_HEADER = [

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from billing.money import RS_PER_CENT, allocate, allocate_split, micros, round_half_up
-from billing.reports import Exact, ReportQuery, report_round
+from billing.lib.money import RS_PER_CENT, allocate, allocate_split, micros, round_half_up
+from billing.selectors.reports import Exact, ReportQuery, report_round
 
 UNIT = 100
 # Values on a grid of quarter units (and a few odd ones), so that equal remainders and equal
@@ -272,7 +272,7 @@ def test_the_page_prints_the_rounding_rule(client, fin, twin_spend):
 def test_the_api_prints_whole_units_as_decimal_would_without_dividing(places):
     from random import Random
 
-    from billing.api.serializers import _fixed
+    from billing.api.reports import _fixed
 
     edges = [0, 1, -1, 9, -9, 10, 99, 100, -100, 10**places, 10**20 + 7, -(10**20)]
     values = edges + [Random(places).randint(-(10**12), 10**12) for _ in range(2000)]

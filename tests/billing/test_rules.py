@@ -1,6 +1,6 @@
 """The billing rules, tested as the table they are, and the arithmetic under them.
 
-These tests need no database: billing.rules is pure.
+These tests need no database: billing.lib.rules is pure.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from billing.money import RS_PER_CENT, allocate, dollars, micros
-from billing.rules import (
+from billing.lib.money import RS_PER_CENT, allocate, dollars, micros
+from billing.lib.rules import (
     RULES,
     Ended,
     Move,

@@ -8,7 +8,7 @@ from decimal import Decimal
 from django.utils import timezone
 
 from billing.models import SpotPrice
-from billing.prices import spot_prices_refresh
+from billing.services.prices import spot_prices_refresh
 from billing.tasks import refresh_spot_prices
 from instances.models import InstanceType
 from instances.providers.simulated import SimulatedProvider

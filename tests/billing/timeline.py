@@ -14,10 +14,10 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from billing.metering import usage_meter
+from billing.lib.money import micros
 from billing.models import DailyRollup, ListPrice, SpotPrice
-from billing.money import micros
-from billing.rollups import rollups_refresh
+from billing.services.metering import usage_meter
+from billing.services.rollups import rollups_refresh
 from instances.models import Instance
 from instances.services import instance_transition
 

@@ -15,9 +15,9 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from audit.models import AuditEvent
-from billing.budgets import budget_set
-from billing.metering import usage_meter
-from billing.rollups import rollups_refresh
+from billing.services.budgets import budget_set
+from billing.services.metering import usage_meter
+from billing.services.rollups import rollups_refresh
 from instances import services
 from instances.models import PoolSample
 from instances.services import approval_policy_set, quota_set

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from billing.budgets import budget_set
+from billing.services.budgets import budget_set
 from instances.models import Order
 from instances.services import quota_set
 from portal.models import ApiToken

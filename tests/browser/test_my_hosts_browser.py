@@ -11,8 +11,8 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from billing.metering import usage_meter
-from billing.rollups import rollups_refresh
+from billing.services.metering import usage_meter
+from billing.services.rollups import rollups_refresh
 from instances.models import Instance
 from tests.browser.conftest import answer_confirmation, keep_screenshot
 from tests.conftest import ED25519

@@ -56,8 +56,8 @@ def test_seed_twice_changes_nothing_and_says_so(db):
 
 
 def test_seed_sets_demo_budgets_once_and_keeps_a_changed_one(db):
-    from billing.budgets import budget_set
     from billing.models import Budget
+    from billing.services.budgets import budget_set
 
     seed()
     budgets = {b.project.slug: (str(b.monthly_amount), b.policy) for b in Budget.objects.all()}

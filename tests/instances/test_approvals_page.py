@@ -8,7 +8,7 @@ import re
 import pytest
 from django.test import Client
 
-from billing.budgets import budget_set
+from billing.services.budgets import budget_set
 from instances.models import ApprovalPolicy, Order
 from instances.services import order_reject, quota_set
 

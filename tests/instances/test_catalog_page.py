@@ -53,7 +53,7 @@ def test_bad_filter_shows_a_message_and_a_400(page):
 
 
 def test_spot_price_is_shown_when_known(page):
-    from billing.prices import spot_prices_refresh
+    from billing.services.prices import spot_prices_refresh
 
     spot_prices_refresh()
     _, soup = page("gpu_model=L4&gpu_count=1")

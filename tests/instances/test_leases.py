@@ -9,7 +9,7 @@ from decimal import Decimal
 import pytest
 from django.core import mail
 
-from billing.budgets import budget_set
+from billing.services.budgets import budget_set
 from instances import services
 from instances.models import Instance, LeaseNotice
 from instances.services import quota_set

@@ -11,7 +11,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from billing.budgets import budget_set
+from billing.services.budgets import budget_set
 from instances.models import ApprovalPolicy, Order
 from instances.services import quota_set
 from tests.conftest import ED25519

@@ -51,7 +51,7 @@ def test_alice_orders_two_hosts_and_gets_the_order_with_its_instances(as_alice, 
 
 
 def test_a_spot_order_is_quoted_at_the_current_spot_price(as_alice, order_body, catalog):
-    from billing.prices import spot_prices_refresh
+    from billing.services.prices import spot_prices_refresh
 
     spot_prices_refresh()
     catalog["g5.xlarge"].refresh_from_db()
@@ -127,7 +127,7 @@ def test_bad_orders_are_refused_naming_the_field_and_create_nothing(
 
 
 def test_max_spot_price_below_the_spot_price_is_refused(as_alice, order_body, catalog):
-    from billing.prices import spot_prices_refresh
+    from billing.services.prices import spot_prices_refresh
 
     spot_prices_refresh()
     response = as_alice.post(URL, order_body(market="spot", max_spot_price="0.01"), format="json")

@@ -11,7 +11,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils.html import escape
 
-from billing.budgets import budget_set
+from billing.services.budgets import budget_set
 from instances import services
 from instances.models import ApprovalPolicy, Instance, InstanceType, Order, Pool, PoolEvent, Quota
 from instances.services import quota_delete, quota_set

@@ -141,7 +141,7 @@ def test_queue_depth_counts_waiting_messages(client, metrics_on, settings):
 def test_pools_are_exported_in_the_same_number_of_queries_at_1_and_4_pools(
     client, metrics_on, make_pool, projects, ada, clock
 ):
-    from billing.budgets import budget_set
+    from billing.services.budgets import budget_set
     from instances.tasks import autoscale
 
     make_pool(name="p0", desired=2, max_size=6)

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.test import Client
 
-from billing.budgets import budget_topic, budgets_check
+from billing.services.budgets import budget_topic, budgets_check
 from instances import services
 from instances.models import ApprovalPolicy, IdlePolicy, Instance
 from instances.providers.gpu_profile import profile_of

@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from billing.budgets import budget_set
+from billing.services.budgets import budget_set
 from instances.services import approval_policy_set, quota_set
 from portal.models import Membership
 from portal.services import membership_set, project_upsert

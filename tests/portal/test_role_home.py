@@ -8,8 +8,8 @@ from datetime import timedelta
 import pytest
 from bs4 import BeautifulSoup
 
-from billing.budgets import budget_set
 from billing.models import DailyRollup
+from billing.services.budgets import budget_set
 from instances.services import approval_policy_set, quota_set
 
 pytestmark = pytest.mark.django_db

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from billing.metering import usage_meter
-from billing.rollups import rollups_rebuild, rollups_refresh
+from billing.services.metering import usage_meter
+from billing.services.rollups import rollups_rebuild, rollups_refresh
 
 
 class Command(BaseCommand):

@@ -7,7 +7,7 @@ from pathlib import Path
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
-from billing.cur import cur_import, cur_import_message, cur_import_s3
+from billing.services.cur import cur_import, cur_import_message, cur_import_s3
 
 
 class Command(BaseCommand):

@@ -11,9 +11,9 @@ from django.core.management.base import BaseCommand
 from django.utils import timezone
 
 from audit.services import audit_record_system
-from billing.budgets import budget_set
 from billing.models import Budget
-from billing.prices import spot_prices_refresh
+from billing.services.budgets import budget_set
+from billing.services.prices import spot_prices_refresh
 from demo.services.history import DAYS, history_build, history_exists
 from demo.services.pools import seed_demo_pool
 from instances.models import IdlePolicy, Image, InstanceType, Quota

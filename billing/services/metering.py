@@ -5,8 +5,8 @@ A pass (``usage_meter``) meters every host not yet fully metered and every host 
 touches, a batch of hosts per transaction, in a fixed number of queries per batch whatever the
 number of hosts and price changes. ``costs_so_far`` (the instance_cost slot that the
 host pages and the API call through ``instances.selectors.costs``) applies the same rules
-(billing.rules) to the same rate histories (billing.prices), so an ended host's live figure is
-its bill.
+(billing.lib.rules) to the same rate histories (billing.services.prices), so an ended host's
+live figure is its bill.
 """
 
 from __future__ import annotations
@@ -23,11 +23,8 @@ from django.db.models import Max, Min, Q, prefetch_related_objects
 from django.utils import timezone
 
 from audit.services import audit_record_system
-from billing.models import ListPrice, MeterMark, MeterState, SpotPrice, Usage
-from billing.money import dollars
-from billing.prices import RateHistories, list_prices_snapshot
-from billing.rollups import RollupDeltas
-from billing.rules import (
+from billing.lib.money import dollars
+from billing.lib.rules import (
     Move,
     Run,
     Segment,
@@ -38,6 +35,9 @@ from billing.rules import (
     segment_run,
     whole_second,
 )
+from billing.models import ListPrice, MeterMark, MeterState, SpotPrice, Usage
+from billing.services.prices import RateHistories, list_prices_snapshot
+from billing.services.rollups import RollupDeltas
 from instances.models import Instance, InstanceEvent, Market
 
 
@@ -113,7 +113,7 @@ def instance_meter(
     """Bring one host's usage rows in step with its events and the price histories.
 
     Idempotent and order-free: the rows are a function of the set of status moves and prices
-    (see billing.rules), written by key (instance, start) and compared before writing, so a
+    (see billing.lib.rules), written by key (instance, start) and compared before writing, so a
     replay writes nothing and a late or repeated event lands on the same rows. The watermark
     (MeterMark, locked for the pass) says where to start again: the earliest new event, the
     open run's last end, or ``since`` (a late price); ``full`` recomputes everything.

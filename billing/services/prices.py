@@ -21,9 +21,9 @@ from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from audit.services import audit_record_system
+from billing.lib.money import micros
+from billing.lib.rules import RateSeries, whole_second
 from billing.models import ListPrice, SpotPrice
-from billing.money import micros
-from billing.rules import RateSeries, whole_second
 from instances.models import Instance, InstanceType, Market
 from instances.providers import get_provider
 from instances.services import instance_type_record_spot_price

@@ -34,9 +34,9 @@ from django.db import transaction
 from django.db.models import Sum
 
 from audit.services import audit_record_system
+from billing.lib.money import RS_PER_DOLLAR
 from billing.models import CurImport, CurResult, Usage
-from billing.money import RS_PER_DOLLAR
-from billing.reports import FIRST_DAY, LAST_DAY
+from billing.selectors.reports import FIRST_DAY, LAST_DAY
 from instances.models import Instance
 from instances.providers.base import TAG_INSTANCE
 from portal import permissions

@@ -25,8 +25,7 @@ from django.db.models import F, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import TruncMonth, TruncWeek
 
 from audit.lib.csv_stream import csv_lines
-from billing.models import DailyRollup, MeterState
-from billing.money import (
+from billing.lib.money import (
     GPU_SECONDS_PER_TENTH_HOUR,
     RS_PER_CENT,
     SECONDS_PER_HOUR,
@@ -36,6 +35,7 @@ from billing.money import (
     gpu_hours_to_decimal,
     round_half_up,
 )
+from billing.models import DailyRollup, MeterState
 from instances.models import InstanceType, Market, Pool
 from portal.models import Project, User
 

@@ -21,9 +21,9 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from audit.services import audit_record_system
+from billing.lib.money import SECONDS_PER_HOUR, dollars, micros
+from billing.lib.rules import month_end, month_of, next_month
 from billing.models import Budget, BudgetAlert, DailyRollup
-from billing.money import SECONDS_PER_HOUR, dollars, micros
-from billing.rules import month_end, month_of, next_month
 from instances.models import Instance, Market
 from instances.selectors.headroom import Headroom
 from instances.services import instance_system_stop, limits_moved, pools_budget_stop

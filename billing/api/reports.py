@@ -1,19 +1,32 @@
-"""The bodies of the costs and budgets API, as the OpenAPI schema documents them.
+"""The cost report's API, ``/api/v1/costs/``: its bodies as the OpenAPI schema documents them
+(and builds them) and its viewset, JSON or CSV.
 
 Cost report money is dollars and cents as strings, rounded once: lines add up to their group
 and groups to the total; beside each rounded figure, ``exact`` gives the same amounts to the
-micro-dollar. Budget amounts are dollars and cents too.
+micro-dollar.
 """
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
-from rest_framework import serializers
+from django.core.exceptions import ValidationError
+from django.http import StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_serializer
+from rest_framework import serializers, viewsets
+from rest_framework.renderers import BaseRenderer, BrowsableAPIRenderer, JSONRenderer
+from rest_framework.response import Response
 
-from billing.budgets import BUDGET_MIN, BUDGET_MIN_MESSAGE, THRESHOLDS_MAX, BudgetStatus
-from billing.models import Budget, BudgetAlert
-from billing.reports import GRANULARITIES, GROUPS, Exact, Figures, Report
-from portal.rest import StrictSerializer
+from billing.api.filters import REPORT_PARAMETERS
+from billing.forms import ReportForm
+from billing.selectors.reports import (
+    GRANULARITIES,
+    GROUPS,
+    Exact,
+    Figures,
+    Report,
+    cost_report,
+    csv_rows,
+)
 
 MONEY = {"max_digits": 16, "decimal_places": 2, "coerce_to_string": True}
 EXACT = {"max_digits": 20, "decimal_places": 6, "coerce_to_string": True}
@@ -164,91 +177,59 @@ def report_body(report: Report) -> dict:
     }
 
 
-class AlertSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = BudgetAlert
-        fields = ["basis", "threshold", "created_at"]
+class CSVRenderer(BaseRenderer):
+    """Lets ``?format=csv`` choose the streamed CSV; the view writes the body itself."""
+
+    media_type = "text/csv"
+    format = "csv"
+    charset = "utf-8"
+
+    def render(self, data, accepted_media_type=None, renderer_context=None):
+        return data if isinstance(data, bytes | str) else b""
 
 
-@extend_schema_field(
-    {
-        "type": "array",
-        "items": {"type": "integer", "minimum": 1, "maximum": 1000},
-        "minItems": 1,
-        "maxItems": THRESHOLDS_MAX,
-        "uniqueItems": True,
-    }
-)
-class PercentagesField(serializers.ListField):
-    """Alert thresholds as a budget takes them: whole percentages, each once."""
-
-    def to_internal_value(self, data):
-        values = super().to_internal_value(data)
-        if len(set(values)) != len(values):
-            raise serializers.ValidationError("Give each threshold once.", code="duplicate")
-        return values
+def report_filename(report: Report) -> str:
+    query = report.query
+    scope = f"-{query.project.slug}" if query.project else ""
+    return f"costs{scope}-by-{query.group_by}-{query.start}-to-{query.end}.csv"
 
 
-class BudgetInputSerializer(StrictSerializer):
-    """What PUT /api/v1/budgets/{project}/ takes."""
+def streamed_csv(report: Report) -> StreamingHttpResponse:
+    response = StreamingHttpResponse(csv_rows(report), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{report_filename(report)}"'
+    return response
 
-    monthly_amount = serializers.DecimalField(
-        max_digits=14,
-        decimal_places=2,
-        allow_null=True,
-        min_value=BUDGET_MIN,
-        error_messages={"min_value": BUDGET_MIN_MESSAGE},
-        coerce_to_string=True,
-        help_text="Dollars a month; null removes the budget",
+
+class CostViewSet(viewsets.ViewSet):
+    """Spend from the daily rollups: totals, spot vs on-demand, savings, GPU-hours, by period
+    and group. Researchers see their projects and their own spend; admins and finance all."""
+
+    renderer_classes = [JSONRenderer, BrowsableAPIRenderer, CSVRenderer]
+
+    def handle_exception(self, exc):
+        # Errors are JSON even when the caller asked for CSV.
+        self.request.accepted_renderer = JSONRenderer()
+        self.request.accepted_media_type = JSONRenderer.media_type
+        return super().handle_exception(exc)
+
+    @extend_schema(
+        parameters=REPORT_PARAMETERS,
+        responses={
+            (200, "application/json"): OpenApiResponse(
+                CostReportSerializer, description="The report"
+            ),
+            (200, "text/csv"): OpenApiResponse(
+                OpenApiTypes.STR, description="With format=csv: the report's lines and a total"
+            ),
+        },
     )
-    thresholds = PercentagesField(
-        child=serializers.IntegerField(min_value=1, max_value=1000),
-        min_length=1,
-        max_length=THRESHOLDS_MAX,
-        required=False,
-        help_text="Alert at these percentages of the budget, on spend and on forecast",
-    )
-    policy = serializers.ChoiceField(
-        choices=Budget.Policy.choices,
-        required=False,
-        help_text="What happens at 100 % of the budget (admins choose)",
-    )
-
-
-class BudgetSerializer(BudgetInputSerializer):
-    """A project's budget and where it stands this month (UTC)."""
-
-    project = serializers.CharField(source="project.slug", read_only=True)
-    name = serializers.CharField(source="project.name", read_only=True)
-    month = serializers.DateField(read_only=True)
-    # A project without a budget has none.
-    thresholds = serializers.ListField(child=serializers.IntegerField(), read_only=True)
-    spent = serializers.DecimalField(**MONEY, read_only=True)
-    committed = serializers.DecimalField(**MONEY, read_only=True)
-    forecast = serializers.DecimalField(**MONEY, read_only=True)
-    left = serializers.DecimalField(**MONEY, read_only=True, allow_null=True)
-    percent_spent = serializers.IntegerField(read_only=True, allow_null=True)
-    percent_forecast = serializers.IntegerField(read_only=True, allow_null=True)
-    alerts = AlertSerializer(many=True, read_only=True)
-    updated_by = serializers.CharField(read_only=True, allow_null=True)
-    updated_at = serializers.DateTimeField(read_only=True, allow_null=True)
-
-
-def budget_body(status: BudgetStatus, alerts) -> dict:
-    budget = status.budget
-    return {
-        "project": status.project,
-        "month": status.month,
-        "monthly_amount": budget.monthly_amount if budget else None,
-        "thresholds": budget.thresholds if budget else [],
-        "policy": budget.policy if budget else Budget.Policy.NOTIFY,
-        "spent": status.spent,
-        "committed": status.committed,
-        "forecast": status.forecast,
-        "left": status.left,
-        "percent_spent": status.percent_spent,
-        "percent_forecast": status.percent_forecast,
-        "alerts": alerts,
-        "updated_by": budget.updated_by.username if budget and budget.updated_by else None,
-        "updated_at": budget.updated_at if budget else None,
-    }
+    def list(self, request):
+        params = request.query_params.copy()
+        params.pop("format", None)
+        form = ReportForm(params, viewer=request.user)
+        if not form.is_valid():
+            raise ValidationError(form.errors.as_data())
+        report = cost_report(viewer=request.user, query=form.query())
+        if request.accepted_renderer.format == "csv":
+            return streamed_csv(report)
+        return Response(report_body(report))

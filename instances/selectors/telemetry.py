@@ -10,13 +10,16 @@ from django.conf import settings
 
 from instances.models import GpuHourlyReading, GpuReading, Instance
 
+FIELDS = ("instance_id", "minute", "utilization", "memory_used_mib")
 
-def latest_gpu_readings(instance_ids, *, now: datetime) -> dict:
+
+def latest_gpu_readings(instance_ids, *, now: datetime, with_gpus: bool = False) -> dict:
     """Each running host's current GPU reading (its newest, if no older than
     PORTAL_TELEMETRY_FRESH_MINUTES), by instance id: one query for a whole list. A host that
-    is not running has no GPU "now", however fresh its last minute is. ``gpus`` is each GPU's
-    own reading in that minute ([index, utilization, memory used, memory total]; empty from an
-    agent that sends only the totals)."""
+    is not running has no GPU "now", however fresh its last minute is. ``with_gpus`` adds
+    ``gpus``, each GPU's own reading in that minute ([index, utilization, memory used, memory
+    total]; empty from an agent that sends only the totals): the host page shows it, the lists
+    that poll every few seconds do not read it."""
     fresh_after = now - timedelta(minutes=settings.PORTAL_TELEMETRY_FRESH_MINUTES)
     rows = (
         GpuReading.objects.filter(
@@ -25,7 +28,7 @@ def latest_gpu_readings(instance_ids, *, now: datetime) -> dict:
             minute__gte=fresh_after,
         )
         .order_by("instance_id", "-minute")
-        .values("instance_id", "minute", "utilization", "memory_used_mib", "gpus")
+        .values(*FIELDS, *(("gpus",) if with_gpus else ()))
     )
     latest: dict = {}
     for row in rows:

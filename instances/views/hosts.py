@@ -172,7 +172,7 @@ def _host_context(request: HttpRequest, instance: Instance) -> dict:
     now = timezone.now()
     events = list(instance.events.all())
     policy = IdlePolicy.objects.filter(project_id=instance.project_id, enabled=True).first()
-    gpu = latest_gpu_readings([instance.pk], now=now).get(instance.pk)
+    gpu = latest_gpu_readings([instance.pk], now=now, with_gpus=True).get(instance.pk)
     window = now - timedelta(hours=GPU_CHART_HOURS)
     first = gpu_first_reading_at(instance, since=window)
     return {

@@ -53,6 +53,7 @@ IDIOMS = {
             {
                 "catalog",
                 "orders",
+                "admission",
                 "approvals",
                 "hosts",
                 "pools",

@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from audit.registry import ORDER_HEADROOM
-from instances.services.orders import OrderRequest, approval_needed, first_refusal
+from instances.services.admission import first_refusal
+from instances.services.orders import OrderRequest, approval_needed
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ Reads live in instances/selectors/; who may do what in portal/permissions.py.
 
 from __future__ import annotations
 
+from instances.services.admission import admission_refusal, order_admit
 from instances.services.approvals import (
     APPROVAL_EXPIRY_MAX_DAYS,
     APPROVAL_POLICY_FIELDS,
@@ -79,11 +80,9 @@ from instances.services.leases import (
 from instances.services.orders import (
     Estimate,
     OrderRequest,
-    admission_refusal,
     approval_needed,
     approvers_ask,
     instance_create,
-    order_admit,
     order_estimate,
     order_instances_create,
     order_quoted_estimate,

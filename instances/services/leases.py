@@ -17,7 +17,8 @@ from instances.models import (
     LeaseNotice,
 )
 from instances.selectors.quotas import longest_lease
-from instances.services.orders import order_admit, order_estimate, order_request_of
+from instances.services.admission import order_admit
+from instances.services.orders import order_estimate, order_request_of
 from instances.services.queue import enqueue
 from instances.services.transitions import (
     IllegalTransition,

@@ -15,7 +15,6 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from audit.registry import ADMISSION_CHECKS
 from instances.lib.checkpoints import checkpoint_uri_for
 from instances.lib.sshkeys import validate_public_key
 from instances.metrics import order_counted
@@ -31,11 +30,11 @@ from instances.models import (
     Order,
     OrderEvent,
 )
+from instances.services.admission import order_admit
 from instances.services.queue import enqueue
 from instances.services.transitions import actor_of, order_decide_topic
 from portal import permissions
 from portal.errors import Conflict, Forbidden
-from portal.metrics import ORDERS
 from portal.models import Project, User
 from portal.services import notice_send
 from portal.templatetags.portal_tags import RATE, usd
@@ -364,39 +363,6 @@ def order_record(
     if approval:
         approvers_ask(order)
     return order, approval
-
-
-# Admission refusals by their error code, for the orders-by-outcome metric.
-REFUSALS = {"quota_exceeded": "refused_quota", "budget_exceeded": "refused_budget"}
-
-
-def order_admit(request: OrderRequest) -> None:
-    """Run every admission check while holding the project's row lock (until commit)."""
-    refusal = admission_refusal(request)
-    if refusal is not None:
-        # Counted at once: the refusal rolls the transaction back.
-        ORDERS.labels(REFUSALS.get(refusal.code, "refused_other")).inc()
-        raise refusal
-
-
-def admission_refusal(request: OrderRequest) -> Conflict | None:
-    """The first admission check that refuses ``request``, or None; takes the project's row
-    lock, held until the caller's transaction ends. A pool asks it to find how many of its
-    missing hosts fit."""
-    Project.objects.select_for_update().get(pk=request.project.pk)
-    return first_refusal(request)
-
-
-def first_refusal(request: OrderRequest) -> Conflict | None:
-    """The refusal of the first admission check (quota, then budget: the order of
-    audit/registry.py's order_admission_checks) that refuses ``request``, or None. Takes no
-    lock: the order page's preview asks it too, and the submit asks again under the lock."""
-    for check in ADMISSION_CHECKS:
-        try:
-            check(request)
-        except Conflict as refusal:
-            return refusal
-    return None
 
 
 def approval_needed(request: OrderRequest) -> str | None:

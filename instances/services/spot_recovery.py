@@ -28,12 +28,8 @@ from instances.models import Instance, InterruptionPolicy, Market
 from instances.providers import get_provider, spot_events
 from instances.providers.base import Provider, SpotWarning
 from instances.selectors.hosts import instance_load
-from instances.services.orders import (
-    instance_create,
-    order_admit,
-    order_estimate,
-    order_request_of,
-)
+from instances.services.admission import order_admit
+from instances.services.orders import instance_create, order_estimate, order_request_of
 from instances.services.pools.lifecycle import pool_capacity_refused
 from instances.services.transitions import instance_note, instance_transition
 from portal.errors import PortalError

@@ -264,10 +264,8 @@ CONTENT_SECURITY_POLICY = {
         "object-src": [NONE],
     }
 }
-# Permissions-Policy (django-permissions-policy): the portal uses no device or sensor, so no
-# page, and no frame in it, may ask for one. Copying the SSH command needs clipboard-write.
-# Only features Chromium knows: it warns in every page's console of each one it does not
-# (ambient-light-sensor and bluetooth were two, on every page load).
+# Permissions-Policy (django-permissions-policy): no page or frame may ask for a device or a
+# sensor, of those Chromium knows (it warns of any other on every page). SSH copy: clipboard-write.
 PERMISSIONS_POLICY: dict[str, list[str]] = {
     feature: []
     for feature in (

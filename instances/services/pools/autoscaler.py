@@ -44,12 +44,8 @@ from instances.models import (
     PoolSample,
     PoolSchedule,
 )
-from instances.services.orders import (
-    OrderRequest,
-    admission_refusal,
-    order_estimate,
-    order_request_of,
-)
+from instances.services.admission import admission_refusal
+from instances.services.orders import OrderRequest, order_estimate, order_request_of
 from instances.services.pools.checks import pool_launch_refusal
 from instances.services.pools.lifecycle import instances_end, pool_event
 from instances.services.pools.plan import (

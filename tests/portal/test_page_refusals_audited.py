@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import pytest
 from celery import shared_task
+from django.template.defaultfilters import floatformat
 
 from audit.models import AuditEvent
 from audit.services import audit_record_system
@@ -80,7 +81,9 @@ def test_a_task_row_says_how_long_the_task_had_run_and_unmeasured_rows_show_a_da
     page = client.get("/audit/?method=TASK&system=all").content.decode()
     assert "0.0 ms" not in page
     assert "2.5 ms" in page
-    assert f"{row.duration_us / 1000:.1f} ms" in page
+    # Rounded as the page rounds (floatformat: half up on the decimal), not as Python's
+    # f-string rounds the binary float: 4,050 µs shows "4.1 ms" where f"{4.05:.1f}" says 4.0.
+    assert f"{floatformat(row.duration_ms, 1)} ms" in page
     assert "How long the task had run when it recorded this" in page
     assert "its duration was not measured" in page
 

@@ -252,7 +252,7 @@ class _Call:
         error = getattr(request, "audit_error", "")
         refusals = current_refusals.get() or []
         if refusals and outcome == Outcome.SUCCESS:
-            # A page refused and said so on a redirect or a re-shown form (portal.pages).
+            # A page refused and said so on a redirect or a re-shown form (portal.lib.pages).
             outcome = Outcome.DENIED
             error = error or f"refused: {refusals[-1]}"
 

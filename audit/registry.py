@@ -170,7 +170,7 @@ class Slot(_Store[F]):
 
 class AdmissionCheck(Protocol):
     """May this order (or lease extension, or pool launch) be admitted? Run under the project's
-    row lock with an OrderRequest; raises a portal.errors.Conflict to refuse."""
+    row lock with an OrderRequest; raises a portal.lib.errors.Conflict to refuse."""
 
     def __call__(self, request: Any, /) -> None: ...
 

@@ -1,15 +1,123 @@
-"""Request-wide rule: no value with a NUL byte reaches a lookup. (Every page needs a login
-through Django's own LoginRequiredMiddleware; DRF marks its views login-not-required, so the
-API answers 401 itself, and the schema and its docs are public.)"""
+"""The portal's middleware, in the order MIDDLEWARE runs them (portal/settings/base.py):
+
+- ``CSPMiddleware``: Content-Security-Policy, django-csp's middleware with the one exception the
+  portal needs. The policy itself is ``CONTENT_SECURITY_POLICY`` in settings. DRF's browsable
+  API pages (an ``/api/`` URL opened in a browser) are DRF's own templates, and they carry a few
+  fixed ``style=""`` attributes (a float, a margin, a border) and, when Pygments is installed,
+  one ``<style>`` block of highlighting rules. Rather than ``'unsafe-inline'``, those pages alone
+  allow exactly those attribute values and that block, by hash (``'unsafe-hashes'`` plus one
+  hash per value): a style anyone else writes, or any script, is still refused there.
+- ``MetricsMiddleware``: counts and times every answer by route pattern (``/metrics`` itself is
+  portal/views/metrics.py).
+- ``RejectNulMiddleware``: no value with a NUL byte reaches a lookup. (Every page needs a login
+  through Django's own LoginRequiredMiddleware; DRF marks its views login-not-required, so the
+  API answers 401 itself, and the schema and its docs are public.)
+"""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import re
+import time
+from functools import cache
+from pathlib import Path
+
+import rest_framework
+from csp.middleware import CSPMiddleware as BaseCSPMiddleware
+from csp.middleware import PolicyParts
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
-from django.http import JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.request import UnreadablePostError
 from django.shortcuts import render
+from django.utils.html import escape
+from rest_framework.compat import pygments_css
+from rest_framework.renderers import BrowsableAPIRenderer
 
-from portal.rest import has_nul, nul_error_body
+from portal.lib.rest import has_nul, nul_error_body
+from portal.metrics import REQUEST_SECONDS, REQUESTS
+
+# A literal attribute value: template variables ({{ }}) or tags ({% %}) make no fixed value.
+_LITERAL_STYLE = re.compile(r'style="([^"{}]*)"')
+
+
+def _hash_source(value: str) -> str:
+    digest = hashlib.sha256(value.encode("utf-8")).digest()
+    return f"'sha256-{base64.b64encode(digest).decode('ascii')}'"
+
+
+@cache
+def browsable_api_style_hashes() -> tuple[str, ...]:
+    """A CSP hash source for each fixed style attribute in DRF's templates.
+
+    Read from the installed DRF, so that an upgrade that changes its markup changes the hashes
+    with it (the browser tests fail on any refused style, should it not)."""
+    templates = Path(rest_framework.__file__).parent / "templates" / "rest_framework"
+    values = {
+        value
+        for path in templates.rglob("*.html")
+        for value in _LITERAL_STYLE.findall(path.read_text(encoding="utf-8"))
+    }
+    return tuple(sorted(_hash_source(value) for value in values))
+
+
+@cache
+def browsable_api_code_style_hashes(code_style: str | None) -> tuple[str, ...]:
+    """The hash of the <style> block DRF writes for Pygments (autoescaped, as it is sent)."""
+    css = pygments_css(code_style) if code_style else None
+    return (_hash_source(escape(css)),) if css else ()
+
+
+class CSPMiddleware(BaseCSPMiddleware):
+    """django-csp's middleware; DRF's browsable pages also allow DRF's own fixed styles."""
+
+    def get_policy_parts(self, request, response, report_only: bool = False) -> PolicyParts:
+        parts = super().get_policy_parts(request, response, report_only)
+        renderer = getattr(response, "accepted_renderer", None)
+        if isinstance(renderer, BrowsableAPIRenderer):
+            parts.update = {
+                **(parts.update or {}),
+                "style-src": list(browsable_api_code_style_hashes(renderer.code_style)),
+                "style-src-attr": ["'unsafe-hashes'", *browsable_api_style_hashes()],
+            }
+        return parts
+
+
+# The label of a request no route matched (a 404 for an unknown path, a refusal before routing):
+# the raw path would give every scanner's guess its own series.
+UNMATCHED = "<unmatched>"
+
+
+def route_of(request: HttpRequest) -> str:
+    """The route pattern that served the request (``api/v1/instances/<pk>/``), never its path."""
+    match = getattr(request, "resolver_match", None)
+    if match is None or not match.route:
+        return UNMATCHED
+    return match.route
+
+
+class MetricsMiddleware:
+    """Counts every answer by route pattern, method and status, and times it.
+
+    Second in MIDDLEWARE, right after audit: it sees every answer of the middleware below it
+    and of the views (audit's own refusals are in the audit log). Methods outside the standard
+    set share one label.
+    """
+
+    METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        started = time.perf_counter()
+        response = self.get_response(request)
+        elapsed = time.perf_counter() - started
+        route = route_of(request)
+        method = request.method if request.method in self.METHODS else "other"
+        REQUESTS.labels(route, method, str(response.status_code)).inc()
+        REQUEST_SECONDS.labels(route, method).observe(elapsed)
+        return response
 
 
 class RejectNulMiddleware:

@@ -19,9 +19,8 @@ from instances.api import (
     QuotaViewSet,
 )
 from instances.api.telemetry import InstanceMetricsView
-from portal import metrics_http
 from portal.api import TokenViewSet
-from portal.views import account, dashboard, health, notices
+from portal.views import account, dashboard, health, metrics, notices, tokens
 
 
 class ApiSchemaView(SpectacularAPIView):
@@ -69,9 +68,9 @@ urlpatterns = [
     path("login/", account.LoginView.as_view(), name="login"),
     path("logout/", account.LogoutView.as_view(), name="logout"),
     path("health/", health.health, name="health"),
-    path("metrics", metrics_http.metrics, name="metrics"),
+    path("metrics", metrics.metrics, name="metrics"),
     path("dashboard/", dashboard.dashboard, name="dashboard"),
-    path("account/tokens/", account.tokens_page, name="tokens"),
+    path("account/tokens/", tokens.tokens_page, name="tokens"),
     path("notices/", notices.notices_page, name="notices"),
     path("notices/<int:pk>/dismiss/", notices.notice_dismiss_page, name="notice-dismiss"),
     path("", include("instances.urls")),  # catalog, ordering, hosts, approvals, quotas

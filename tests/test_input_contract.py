@@ -1,6 +1,6 @@
 """What a write takes is what it says: a field it does not know is refused (400, unknown_field)
 rather than dropped, a yes/no field takes only JSON true or false, and an action that takes no
-input refuses a body. Each answer changes nothing. One base (portal.rest.RejectUnknownFields)
+input refuses a body. Each answer changes nothing. One base (portal.lib.rest.RejectUnknownFields)
 does it for every write serializer; the schema walk below holds every request body to it."""
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ from instances import services
 from instances.models import Image, InstanceType, Order, Pool, PoolEvent, QuotaRequest
 from instances.services import quota_request_open, quota_set
 from instances.services.pools.lifecycle import pool_event
+from portal.lib.rest import Pagination
 from portal.models import Membership
-from portal.rest import Pagination
 from portal.services import membership_set, project_upsert, token_issue
 from portal.urls import router
 from tests.conftest import ED25519

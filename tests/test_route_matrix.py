@@ -189,7 +189,7 @@ AUTHORIZATION_BEFORE_STATE: list[tuple[tuple, tuple[int, ...]]] = [
     (("host-extend", "host", {"hours": 1000}, HTMX), (409, 403, 404, 409, 403, 302)),
 ]
 
-# Every answer, whatever its status, carries these (portal/csp.py, settings).
+# Every answer, whatever its status, carries these (portal/middleware.py, settings).
 SECURITY_HEADERS = ("Content-Security-Policy", "Permissions-Policy")
 
 # Routes this test leaves to others, and why.

@@ -42,8 +42,8 @@ EXPECTED = {
         ("spend", "billing.panels.spend_panel"),
     ],
     "metrics_collectors": [
-        ("celery_queues", "portal.celery_ops.collect_queues"),
-        ("celery_beat", "portal.celery_ops.collect_beat"),
+        ("celery_queues", "portal.lib.celery_ops.collect_queues"),
+        ("celery_beat", "portal.lib.celery_ops.collect_beat"),
         ("audit", "audit.metrics.collect"),
         ("hosts", "instances.metrics.collect_hosts"),
         ("pools", "instances.metrics.collect_pools"),

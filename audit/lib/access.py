@@ -1,6 +1,6 @@
 """Who reads the whole audit log. audit sits below every app, so it asks Django's own question,
 ``user.has_perm("audit.view_auditevent")``; the project's authentication backends answer it
-(portal.backends.RoleBackend, from the rules of portal/permissions.py)."""
+(portal.lib.backends.RoleBackend, from the rules of portal/permissions.py)."""
 
 from __future__ import annotations
 

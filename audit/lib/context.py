@@ -39,7 +39,7 @@ def sane_request_id(value: str | None) -> str | None:
 # A page that answers a refusal with a redirect (the message shown on the page it goes back to)
 # or with its form re-shown answers 302 or 200; the request's row must still say it was refused.
 # The middleware puts a fresh list here for each request; whoever answers the refusal notes it
-# with ``note_refusal`` (portal.pages does, for every page). A list, not a value, so that a
+# with ``note_refusal`` (portal.lib.pages does, for every page). A list, not a value, so that a
 # note made in a copied context (a thread, sync_to_async) reaches the middleware all the same.
 current_refusals: ContextVar[list[str] | None] = ContextVar("portal_refusals", default=None)
 

@@ -20,8 +20,8 @@ from billing.services.budgets import (
     budget_set,
     budget_statuses,
 )
+from portal.lib.rest import StrictSerializer
 from portal.models import Project
-from portal.rest import StrictSerializer
 
 
 class AlertSerializer(serializers.ModelSerializer):

@@ -9,7 +9,7 @@ from drf_spectacular.utils import OpenApiParameter
 from billing.forms import MAX_DAYS_BY_DAY
 from billing.selectors.reports import FIRST_DAY, GRANULARITIES, GROUPS, LAST_DAY
 from instances.models import Market
-from portal.schema import NO_NUL
+from portal.lib.schema import NO_NUL
 
 
 def _choice(name: str, values, description: str) -> OpenApiParameter:

@@ -28,7 +28,7 @@ from instances.models import Instance, Market
 from instances.selectors.headroom import Headroom
 from instances.services import instance_system_stop, limits_moved, pools_budget_stop
 from portal import permissions
-from portal.errors import Conflict, Forbidden
+from portal.lib.errors import Conflict, Forbidden
 from portal.models import Notice, Project, User
 from portal.services import notice_send, notices_close
 from portal.templatetags.portal_tags import usd as usd_filter

@@ -40,7 +40,7 @@ from billing.selectors.reports import FIRST_DAY, LAST_DAY
 from instances.models import Instance
 from instances.providers.base import TAG_INSTANCE
 from portal import permissions
-from portal.errors import Forbidden
+from portal.lib.errors import Forbidden
 from portal.models import User
 
 USAGE_LINE_TYPES = {"Usage", "DiscountedUsage", "SavingsPlanCoveredUsage"}

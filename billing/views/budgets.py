@@ -15,8 +15,8 @@ from billing.lib.money import dollars
 from billing.models import Budget, BudgetAlert
 from billing.services.budgets import budget_set, budget_statuses
 from portal import permissions
+from portal.lib.pages import forbidden, form_errors, service_errors
 from portal.models import Membership, Project
-from portal.pages import forbidden, form_errors, service_errors
 
 
 def _budget_cards(request: HttpRequest, forms: dict | None = None) -> list[dict]:

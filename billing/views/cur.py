@@ -17,7 +17,7 @@ from billing.lib.money import dollars
 from billing.models import CurImport, CurResult
 from billing.services.cur import cur_import, cur_import_message, cur_import_s3, within_tolerance
 from portal import permissions
-from portal.pages import forbidden, form_errors, service_errors
+from portal.lib.pages import forbidden, form_errors, service_errors
 
 
 def _may_reconcile(request: HttpRequest) -> bool:

@@ -45,7 +45,7 @@ from instances.providers.base import ProviderTransientError
 from instances.providers.gpu_profile import profile_of
 from instances.services.queue import enqueue_held
 from instances.services.telemetry import telemetry_collect, telemetry_compact
-from portal.errors import PortalError
+from portal.lib.errors import PortalError
 from portal.models import Project, User
 
 DAYS = 60

@@ -16,8 +16,8 @@ from instances.services.approvals import (
     approval_policy_set,
 )
 from portal import permissions
-from portal.errors import Forbidden
-from portal.rest import StrictSerializer
+from portal.lib.errors import Forbidden
+from portal.lib.rest import StrictSerializer
 
 
 class ApprovalPolicySerializer(serializers.ModelSerializer):

@@ -3,8 +3,8 @@ modules share (money, a project among the caller's)."""
 
 from __future__ import annotations
 
+from portal.lib.rest import LookupField
 from portal.models import Project
-from portal.rest import LookupField
 
 MONEY = {"max_digits": 14, "decimal_places": 6}
 READ_ONLY_MONEY = {**MONEY, "read_only": True}

@@ -28,8 +28,8 @@ from instances.selectors.costs import costs_so_far, running_seconds
 from instances.selectors.hosts import instances_named
 from instances.selectors.telemetry import latest_gpu_readings
 from portal import permissions
-from portal.errors import Forbidden
-from portal.rest import StrictSerializer, YesNoFilter, refuse_body
+from portal.lib.errors import Forbidden
+from portal.lib.rest import StrictSerializer, YesNoFilter, refuse_body
 
 
 class EventSerializer(serializers.ModelSerializer):

@@ -12,8 +12,8 @@ from rest_framework.response import Response
 from instances.models import IdlePolicy
 from instances.services.idle import IDLE_POLICY_FIELDS, idle_policy_set
 from portal import permissions
-from portal.errors import Forbidden
-from portal.rest import StrictSerializer
+from portal.lib.errors import Forbidden
+from portal.lib.rest import StrictSerializer
 
 
 class IdlePolicySerializer(serializers.ModelSerializer):

@@ -33,9 +33,9 @@ from instances.models import (
 )
 from instances.selectors.costs import costs_so_far
 from portal import permissions
-from portal.errors import Forbidden
+from portal.lib.errors import Forbidden
+from portal.lib.rest import NUL_MESSAGE, LookupField, StrictSerializer, has_nul
 from portal.models import Project
-from portal.rest import NUL_MESSAGE, LookupField, StrictSerializer, has_nul
 
 
 class OrderBounds(StrictSerializer):

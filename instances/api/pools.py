@@ -28,9 +28,9 @@ from instances.models import (
     PoolSchedule,
 )
 from portal import permissions
-from portal.errors import Forbidden
+from portal.lib.errors import Forbidden
+from portal.lib.rest import LookupField, StrictSerializer
 from portal.models import Project
-from portal.rest import LookupField, StrictSerializer
 
 S = Instance.Status
 LATEST_EVENTS = 20

@@ -31,10 +31,10 @@ from instances.services.quotas import (
     quota_set,
 )
 from portal import permissions
-from portal.api.views import ProjectViewSet as PeopleProjectViewSet
-from portal.errors import Forbidden
+from portal.api.people import ProjectViewSet as PeopleProjectViewSet
+from portal.lib.errors import Forbidden
+from portal.lib.rest import BoundedDictField, LookupField, StrictModelSerializer, StrictSerializer
 from portal.models import Project, User
-from portal.rest import BoundedDictField, LookupField, StrictModelSerializer, StrictSerializer
 
 
 class QuotaChangeSerializer(serializers.ModelSerializer):

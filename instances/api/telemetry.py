@@ -20,9 +20,9 @@ from instances import services
 from instances.models import HostAgentCredential, Instance
 from instances.providers.base import GpuValue
 from instances.selectors.telemetry import gpu_columns, gpu_series, latest_gpu_readings
-from portal.authentication import BearerTokenAuthentication
-from portal.errors import Conflict
-from portal.rest import StrictSerializer, refuse_body
+from portal.lib.authentication import BearerTokenAuthentication
+from portal.lib.errors import Conflict
+from portal.lib.rest import StrictSerializer, refuse_body
 
 
 class AgentTokenAuthentication(authentication.BaseAuthentication):

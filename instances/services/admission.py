@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from audit.registry import ADMISSION_CHECKS
-from portal.errors import Conflict
+from portal.lib.errors import Conflict
 from portal.metrics import ORDERS
 from portal.models import Project
 

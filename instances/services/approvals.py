@@ -28,7 +28,7 @@ from instances.services.transitions import (
     order_transition,
 )
 from portal import permissions
-from portal.errors import Conflict, Forbidden
+from portal.lib.errors import Conflict, Forbidden
 from portal.models import Project, User
 from portal.services import notice_send
 

@@ -14,7 +14,7 @@ from instances.models import (
 from instances.services.queue import enqueue
 from instances.services.transitions import IllegalTransition, actor_of, instance_transition
 from portal import permissions
-from portal.errors import Conflict, Forbidden
+from portal.lib.errors import Conflict, Forbidden
 from portal.models import User
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ from instances.models import GpuReading, IdlePolicy, Instance
 from instances.services.leases import in_words, instance_system_stop
 from instances.services.transitions import actor_of, instance_note, instance_topic
 from portal import permissions
-from portal.errors import Conflict, Forbidden
+from portal.lib.errors import Conflict, Forbidden
 from portal.models import Project, User
 from portal.services import notice_send, notices_close
 

@@ -34,7 +34,7 @@ from instances.services.admission import order_admit
 from instances.services.queue import enqueue
 from instances.services.transitions import actor_of, order_decide_topic
 from portal import permissions
-from portal.errors import Conflict, Forbidden
+from portal.lib.errors import Conflict, Forbidden
 from portal.models import Project, User
 from portal.services import notice_send
 from portal.templatetags.portal_tags import RATE, usd

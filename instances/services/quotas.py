@@ -20,7 +20,7 @@ from instances.selectors.headroom import Headroom
 from instances.selectors.quotas import longest_lease, quota_who, usage
 from instances.services.pools.lifecycle import pools_retry_now
 from portal import permissions
-from portal.errors import Conflict, Forbidden
+from portal.lib.errors import Conflict, Forbidden
 from portal.models import Project, User
 from portal.services import notice_send, notices_close
 

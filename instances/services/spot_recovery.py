@@ -32,7 +32,7 @@ from instances.services.admission import order_admit
 from instances.services.orders import instance_create, order_estimate, order_request_of
 from instances.services.pools.lifecycle import pool_capacity_refused
 from instances.services.transitions import instance_note, instance_transition
-from portal.errors import PortalError
+from portal.lib.errors import PortalError
 from portal.models import Notice
 from portal.services import notice_send
 

@@ -20,7 +20,7 @@ from instances.models import (
     OrderEvent,
 )
 from instances.selectors.hosts import instance_load
-from portal.errors import Conflict
+from portal.lib.errors import Conflict
 from portal.models import User
 from portal.services import notices_close
 

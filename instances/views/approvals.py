@@ -13,7 +13,7 @@ from instances.selectors.quotas import quota_choices
 from instances.services.approvals import approval_policy_set
 from instances.views.quotas import PolicyForm
 from portal import permissions
-from portal.pages import forbidden, form_errors, mark_invalid, service_errors
+from portal.lib.pages import forbidden, form_errors, mark_invalid, service_errors
 
 REFUSED = "Only admins and the project's managers change its approval policy."
 

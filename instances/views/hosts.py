@@ -29,7 +29,7 @@ from instances.selectors.telemetry import gpu_first_reading_at, latest_gpu_readi
 from instances.services.idle import idle_since
 from instances.services.leases import in_words
 from portal import permissions
-from portal.pages import forbidden, service_errors
+from portal.lib.pages import forbidden, service_errors
 
 
 def _scope(request: HttpRequest) -> str:

@@ -11,7 +11,7 @@ from django.urls import reverse
 from instances.api.idle import policy_of
 from instances.services.idle import idle_policy_set
 from portal import permissions
-from portal.pages import forbidden, form_errors, mark_invalid, service_errors
+from portal.lib.pages import forbidden, form_errors, mark_invalid, service_errors
 
 
 def _whole(what: str) -> dict:

@@ -27,9 +27,8 @@ from instances.selectors.headroom import Preview, order_preview
 from instances.selectors.orders import orders_to_decide
 from instances.selectors.quotas import holders_of, longest_lease, usage
 from portal import permissions
-from portal.errors import PortalError
-from portal.models import Project
-from portal.pages import (
+from portal.lib.errors import PortalError
+from portal.lib.pages import (
     forbidden,
     form_errors,
     mark_invalid,
@@ -37,6 +36,7 @@ from portal.pages import (
     refusal_code,
     service_errors,
 )
+from portal.models import Project
 from portal.templatetags.portal_tags import RATE, usd
 
 # Refusals of the admission checks by code, and the field each is about.

@@ -28,8 +28,8 @@ from instances.selectors.pools import chart_series, instance_counts, pools_overv
 from instances.services.pools.checks import pool_problems
 from instances.services.pools.plan import mix
 from portal import permissions
+from portal.lib.pages import forbidden, form_errors, service_errors
 from portal.models import Project
-from portal.pages import forbidden, form_errors, service_errors
 
 EVENTS_SHOWN = 40
 

@@ -32,8 +32,8 @@ from instances.services.quotas import (
     quota_set,
 )
 from portal import permissions
+from portal.lib.pages import forbidden, form_errors, mark_invalid, service_errors
 from portal.models import Project
-from portal.pages import forbidden, form_errors, mark_invalid, service_errors
 
 
 def _limit_field(name: str, *, label: str) -> forms.IntegerField:

@@ -1,5 +1,7 @@
-"""portal's REST API: ``views`` (viewsets), ``serializers``, ``filters``."""
+"""portal's REST API, one module per topic (people: projects and members; tokens), each with
+that topic's serializers, filters and viewsets. portal/urls.py routes the viewsets listed here."""
 
-from portal.api.views import ProjectViewSet, TokenViewSet
+from portal.api.people import ProjectViewSet
+from portal.api.tokens import TokenViewSet
 
 __all__ = ["ProjectViewSet", "TokenViewSet"]

@@ -8,7 +8,7 @@ from django.core.mail import send_mail
 from django.db import transaction
 from django.utils import timezone
 
-from portal.errors import Forbidden
+from portal.lib.errors import Forbidden
 from portal.models import (
     Notice,
     User,

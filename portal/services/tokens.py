@@ -12,7 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from portal import permissions
-from portal.errors import Forbidden
+from portal.lib.errors import Forbidden
 from portal.models import (
     ApiToken,
     User,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from portal.env import env_bool, env_int, env_required, env_str
+from portal.lib.env import env_bool, env_int, env_required, env_str
 from portal.settings.base import (
     CELERY_BEAT_SCHEDULE,
     DATABASES,
@@ -22,7 +22,8 @@ PORTAL_AUDIT_ENABLED = env_bool(
     help="0 turns the audit log off; only to measure what it costs (make bench).",
 )
 # Who reads the whole log (everyone reads their own activity) is asked as the Django permission
-# audit.view_auditevent, answered by portal.backends.RoleBackend (base: AUTHENTICATION_BACKENDS).
+# audit.view_auditevent, answered by portal.lib.backends.RoleBackend (base:
+# AUTHENTICATION_BACKENDS).
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Audit makes every API read a write. SQLite's default journal syncs the disk on every
     # commit (~1 ms here); in WAL mode with synchronous=NORMAL a commit is durable against a

@@ -10,7 +10,7 @@ from pathlib import Path
 import dj_database_url
 from csp.constants import NONE, SELF
 
-from portal.env import env_bool, env_int, env_list, env_required, env_str
+from portal.lib.env import env_bool, env_int, env_list, env_required, env_str
 
 BASE_DIR = Path(__file__).resolve().parents[2]  # portal/settings/base.py -> the checkout
 VAR_DIR = Path(
@@ -64,7 +64,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_celery_beat",
-    "portal.axes_app.SignInAttemptsConfig",  # django-axes, named for the admin
+    "portal.apps.SignInAttemptsConfig",  # django-axes, named for the admin
     "csp",
     "audit",
     "portal",
@@ -76,7 +76,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     # Outermost after audit, so every answer of the middleware below carries both headers.
-    "portal.csp.CSPMiddleware",
+    "portal.middleware.CSPMiddleware",
     "django_permissions_policy.PermissionsPolicyMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -143,7 +143,7 @@ AUTHENTICATION_BACKENDS = [
     # First, so that a locked-out username and address never reach the password check.
     "axes.backends.AxesStandaloneBackend",
     # The permissions a role gives (portal/permissions.py), before the per-user grants.
-    "portal.backends.RoleBackend",
+    "portal.lib.backends.RoleBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
 # Failed sign-ins (pages, admin and the token endpoint) are counted per username and address;
@@ -248,7 +248,7 @@ X_FRAME_OPTIONS = "DENY"
 # and the base URL come from this origin only; no inline script, inline <style> or style=""
 # attribute runs, nothing evals a string, no page can be framed. Pages keep their behaviour in
 # static/js and their looks in static/css; htmx and Chart.js are served from static files.
-# Scoped exceptions (the API's browsable pages) are in portal/csp.py; in DEBUG, django-csp
+# Scoped exceptions (the API's browsable pages) are in portal/middleware.py; in DEBUG, django-csp
 # leaves Django's own 404 and 500 debug pages alone (they are inline HTML).
 CONTENT_SECURITY_POLICY = {
     "DIRECTIVES": {
@@ -355,21 +355,21 @@ PORTAL_TRUSTED_PROXIES = env_int(
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "portal.authentication.BearerTokenAuthentication",
+        "portal.lib.authentication.BearerTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "DEFAULT_PAGINATION_CLASS": "portal.rest.Pagination",
+    "DEFAULT_PAGINATION_CLASS": "portal.lib.rest.Pagination",
     "PAGE_SIZE": 50,
-    "DEFAULT_SCHEMA_CLASS": "portal.schema.PortalAutoSchema",
-    "EXCEPTION_HANDLER": "portal.rest.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "portal.lib.schema.PortalAutoSchema",
+    "EXCEPTION_HANDLER": "portal.lib.rest.exception_handler",
     # DRF's own parsers, answering 400 (not 500) for what they let through: JSON nested too
     # deeply, a form with too many fields.
     "DEFAULT_PARSER_CLASSES": [
-        "portal.parsers.JSONParser",
-        "portal.parsers.FormParser",
-        "portal.parsers.MultiPartParser",
+        "portal.lib.parsers.JSONParser",
+        "portal.lib.parsers.FormParser",
+        "portal.lib.parsers.MultiPartParser",
     ],
     "DEFAULT_RENDERER_CLASSES": [
         "rest_framework.renderers.JSONRenderer",

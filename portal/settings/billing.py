@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from portal.env import env_int, env_list, env_str
+from portal.lib.env import env_int, env_list, env_str
 from portal.settings.base import CELERY_BEAT_SCHEDULE
 
 # --- Billing ---------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from portal.env import env_bool, env_float, env_int, env_list, env_str
+from portal.lib.env import env_bool, env_float, env_int, env_list, env_str
 from portal.settings.base import BASE_DIR, CELERY_BEAT_SCHEDULE, VAR_DIR
 
 # The cloud. `simulated` keeps a cloud inside the portal's database; `ec2` talks to AWS.

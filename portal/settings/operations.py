@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from portal.env import env_bool, env_float, env_str
+from portal.lib.env import env_bool, env_float, env_str
 from portal.settings.audit import MIDDLEWARE  # the audit middleware first, then ours after it
 from portal.settings.base import CELERY_BROKER_URL, SECURE_REDIRECT_EXEMPT
 
@@ -26,7 +26,7 @@ PORTAL_METRICS_TOKEN = env_str(
     "PORTAL_METRICS_TOKEN",
     help="The bearer token a scraper sends to read /metrics; unset, /metrics answers 404.",
 )
-METRICS_MIDDLEWARE = "portal.metrics_http.MetricsMiddleware"
+METRICS_MIDDLEWARE = "portal.middleware.MetricsMiddleware"
 # The folder where gunicorn and Celery worker processes keep their counters so that one scrape
 # sums them (prometheus-client's multiprocess mode). It must be set in the environment of every
 # process before it starts, be shared by them (one host, or one volume), and be emptied when

@@ -12,7 +12,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from portal.celery import app as celery_app
-from portal.celery_ops import health_report
+from portal.lib.celery_ops import health_report
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
+from portal.lib.pages import service_errors
 from portal.models import Notice
-from portal.pages import service_errors
 from portal.services import notice_dismiss, notices_mark_read
 
 PER_PAGE = 50

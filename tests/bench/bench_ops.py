@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext, override_settings
 from django.urls import resolve
 
 from portal.metrics import PROCESS_WRITES_FILES
-from portal.metrics_http import MetricsMiddleware
+from portal.middleware import MetricsMiddleware
 from tests.bench.bench_orders import make_instances, setup_people
 
 TOKEN = "bench-metrics-token-0123456789"

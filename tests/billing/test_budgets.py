@@ -15,7 +15,7 @@ from billing.lib.money import micros
 from billing.models import Budget, BudgetAlert
 from billing.services.budgets import BUDGET_MIN_MESSAGE, budget_set, budget_status, budgets_check
 from instances.models import Instance
-from portal.errors import Forbidden
+from portal.lib.errors import Forbidden
 from portal.models import Membership, Notice
 from portal.services import membership_set
 

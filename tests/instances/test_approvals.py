@@ -11,7 +11,7 @@ from django.core import mail
 from instances import services
 from instances.models import Instance, Order
 from instances.services import approval_policy_set, quota_set
-from portal.errors import Forbidden
+from portal.lib.errors import Forbidden
 from portal.models import Membership, Notice
 from portal.services import membership_set
 

@@ -146,14 +146,14 @@ def test_projects_without_a_policy_never_stop_idle_hosts(clock, running_host):
 
 
 def test_a_stranger_cannot_keep_someone_elses_host_running(running_host, idle_policy, carol):
-    from portal.errors import Forbidden
+    from portal.lib.errors import Forbidden
 
     with pytest.raises(Forbidden):
         services.instance_keep_running(instance=running_host(), user=carol)
 
 
 def test_keep_running_without_an_idle_policy_says_there_is_none(running_host, alice):
-    from portal.errors import Conflict
+    from portal.lib.errors import Conflict
 
     with pytest.raises(Conflict, match="no idle stop"):
         services.instance_keep_running(instance=running_host(), user=alice)

@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from instances import services
 from instances.lib import cron
 from instances.models import PoolSchedule
-from portal.errors import Conflict
+from portal.lib.errors import Conflict
 
 LEAP_DAY = "0 6 29 2 *"
 

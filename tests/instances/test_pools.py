@@ -16,7 +16,7 @@ from instances import services
 from instances.models import ApprovalPolicy, Instance, InstanceType, Order, Pool, PoolEvent, Quota
 from instances.services import quota_delete, quota_set
 from instances.services.pools.plan import Host, mix, plan
-from portal.errors import Conflict, Forbidden
+from portal.lib.errors import Conflict, Forbidden
 from portal.models import Notice
 from tests.instances.pool_helpers import alive, provision_all, settle_terminations
 

@@ -15,7 +15,7 @@ from instances.models import Instance, Order, QuotaChange
 from instances.selectors.quotas import usage
 from instances.services import quota_set
 from instances.services.quotas import QuotaExceeded
-from portal.errors import Forbidden
+from portal.lib.errors import Forbidden
 
 S = Instance.Status
 

@@ -40,7 +40,7 @@ from instances.providers.base import (
 )
 from instances.providers.simulated import SimulatedProvider
 from instances.services import approval_policy_set
-from portal.errors import Conflict
+from portal.lib.errors import Conflict
 from portal.models import Membership, Notice
 from portal.services import membership_set
 from tests.conftest import ED25519

@@ -7,8 +7,8 @@ import time
 import pytest
 from celery.signals import beat_init
 
-from portal import celery_ops
-from portal.celery_ops import (
+from portal.lib import celery_ops
+from portal.lib.celery_ops import (
     BeatState,
     beat_clear,
     beat_record,

@@ -8,7 +8,7 @@ from django.test.utils import CaptureQueriesContext
 from prometheus_client.parser import text_string_to_metric_families
 
 from instances.models import Instance
-from portal.celery_ops import beat_clear, beat_record
+from portal.lib.celery_ops import beat_clear, beat_record
 from tests.bench.bench_orders import make_instances
 
 TOKEN = "metrics-token-for-tests-0123456789"

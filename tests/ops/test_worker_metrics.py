@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from audit.models import AuditEvent
 from instances.models import Instance
-from portal.celery_ops import forget_worker_ping, ping_workers
+from portal.lib.celery_ops import forget_worker_ping, ping_workers
 from tests.workers import Worker, purge_queues, wait_for
 
 pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]

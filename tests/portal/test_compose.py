@@ -10,7 +10,7 @@ import yaml
 from celery import Celery
 from django.core.management import get_commands
 
-from portal import env
+from portal.lib import env
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())

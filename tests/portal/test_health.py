@@ -7,7 +7,7 @@ from unittest import mock
 import pytest
 from django.db import OperationalError
 
-from portal.celery_ops import beat_clear
+from portal.lib.celery_ops import beat_clear
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """A refusal answered on a page is recorded as ``denied`` whatever status carries it: a 302 back
-with the sentence as a message, or a form shown again (portal.pages notes it for the row)."""
+with the sentence as a message, or a form shown again (portal.lib.pages notes it for the row)."""
 
 from __future__ import annotations
 

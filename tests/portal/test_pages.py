@@ -1,4 +1,4 @@
-"""How pages answer a service's refusal (portal/pages.py), and the dashboard's panels, which
+"""How pages answer a service's refusal (portal/lib/pages.py), and the dashboard's panels, which
 each app registers in audit/registry.py's dashboard_panels."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from django.test import RequestFactory
 from audit.registry import DASHBOARD_PANELS
 from instances.panels import hosts_panel
 from instances.services import quota_set
-from portal.errors import Conflict, Forbidden
-from portal.pages import form_errors, service_errors
+from portal.lib.errors import Conflict, Forbidden
+from portal.lib.pages import form_errors, service_errors
 
 
 def a_request(headers: dict | None = None):

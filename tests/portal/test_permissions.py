@@ -149,7 +149,7 @@ def _questions(w):
         "choose what a budget does at 100%": permissions.can_choose_budget_policy,
         "reconcile the cloud bill": permissions.can_reconcile,
         "read the whole audit log": permissions.can_read_audit_log,
-        # Asked as Django's permission by audit (portal.backends.RoleBackend answers it).
+        # Asked as Django's permission by audit (portal.lib.backends.RoleBackend answers it).
         "have audit.view_auditevent": lambda u: u.has_perm("audit.view_auditevent"),
         "revoke alice's token": lambda u: permissions.can_revoke_token(u, token),
     }

@@ -130,7 +130,7 @@ def test_production_settings_pass_the_deploy_checklist(tmp_path):
 
 
 def test_env_example_documents_every_variable_settings_read():
-    from portal import env
+    from portal.lib import env
 
     documented = {
         line.split("=", 1)[0].lstrip("# ").strip()

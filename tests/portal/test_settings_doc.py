@@ -1,4 +1,4 @@
-"""docs/settings.md is generated from the settings registry (portal/env.py), never kept by hand.
+"""docs/settings.md is generated from the settings registry (portal/lib/env.py), never kept by hand.
 
 Every reader takes a description (``help=``); ``manage.py settings_doc`` writes the page from
 the registry, and the page fails here the moment a setting is added, removed or re-described
@@ -15,7 +15,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from portal import env
+from portal.lib import env
 from portal.management.commands.settings_doc import COMMAND, render
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -59,7 +59,7 @@ from instances.services.pools.plan import (
 )
 from instances.services.pools.schedules import schedules_fire
 from instances.services.queue import enqueue
-from portal.errors import Conflict
+from portal.lib.errors import Conflict
 from portal.services import notice_send, notices_close
 
 ACTOR = "system:autoscaler"

@@ -15,7 +15,7 @@ from instances.models import Pool, PoolEvent, PoolSchedule
 from instances.services.pools.checks import SIZE_FIELDS, refuse, refuse_unknown
 from instances.services.pools.lifecycle import lock_for_change, pool_event
 from instances.services.transitions import actor_of
-from portal.errors import Conflict
+from portal.lib.errors import Conflict
 from portal.models import User
 
 K = PoolEvent.Kind

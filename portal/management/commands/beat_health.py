@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from portal.celery_ops import beat_state
+from portal.lib.celery_ops import beat_state
 
 
 class Command(BaseCommand):

@@ -1,4 +1,4 @@
-"""`manage.py settings_doc`: write docs/settings.md from the settings registry of portal/env.py.
+"""`manage.py settings_doc`: write docs/settings.md from the settings registry of portal/lib/env.py.
 
 Every environment variable the settings read is recorded there with its type, default and
 description (the readers' ``help=``), so the page is generated rather than kept by hand, and
@@ -13,7 +13,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from portal import env
+from portal.lib import env
 
 DOC = Path("docs") / "settings.md"
 COMMAND = "DJANGO_DEBUG=1 python manage.py settings_doc"
@@ -23,12 +23,12 @@ ORDER = ["base", "instances", "billing", "audit", "operations"]
 INTRO = f"""\
 # Settings
 
-<!-- Generated from the readers in portal/env.py: do not edit by hand. Change the
+<!-- Generated from the readers in portal/lib/env.py: do not edit by hand. Change the
 help= of a reader in portal/settings/ and run `{COMMAND}`;
 tests/portal/test_settings_doc.py fails while this file is stale. -->
 
 Every setting is an environment variable, read once at start by `portal/settings/` through the
-typed readers of `portal/env.py`. A development checkout needs none of them (`make run` sets
+typed readers of `portal/lib/env.py`. A development checkout needs none of them (`make run` sets
 `DJANGO_DEBUG=1`); production (`DJANGO_DEBUG=0`, the default) must set `DJANGO_SECRET_KEY` and
 `PORTAL_AUDIT_SIGNING_KEY`. `.env.example` lists the same variables with a line of advice each,
 and [operations.md](operations.md) says how to run the portal in production. AWS credentials
@@ -96,7 +96,7 @@ def render() -> str:
 
 
 class Command(BaseCommand):
-    help = "Write docs/settings.md from the settings registry (portal/env.py)."
+    help = "Write docs/settings.md from the settings registry (portal/lib/env.py)."
 
     def add_arguments(self, parser):
         parser.add_argument(

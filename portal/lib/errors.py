@@ -1,7 +1,7 @@
 """Errors a user can cause, raised by services and turned into 4xx answers by the API and pages.
 
 Services stay free of HTTP: they raise these (or Django's ValidationError for field errors),
-and ``portal.rest.exception_handler`` maps them to ``{"code", "detail", "fields"}``.
+and ``portal.lib.rest.exception_handler`` maps them to ``{"code", "detail", "fields"}``.
 """
 
 from __future__ import annotations

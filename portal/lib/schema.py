@@ -23,7 +23,7 @@ from drf_spectacular.contrib.django_filters import DjangoFilterExtension
 from drf_spectacular.openapi import AutoSchema
 from rest_framework import serializers
 
-from portal.rest import YES_NO, ErrorSerializer, empty_is_none
+from portal.lib.rest import YES_NO, ErrorSerializer, empty_is_none
 
 ERRORS = {
     "400": "The input is not valid; `fields` names what to change.",

@@ -1,38 +1,69 @@
-"""Views of portal's API: ``/api/v1/projects/`` and ``/api/v1/auth/tokens/`` (quotas and the
-policies served beside a project: instances.api.quotas)."""
+"""portal's API for personal tokens: ``/api/v1/auth/tokens/`` (issue with a password, list,
+revoke)."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth import authenticate
+from django.core.validators import MaxValueValidator
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema
-from rest_framework import exceptions, mixins, status, viewsets
+from rest_framework import exceptions, mixins, serializers, status, viewsets
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle
 
 from audit.services import audit_set_actor, audit_set_object
-from portal import permissions
-from portal.api.filters import ProjectFilter
-from portal.api.serializers import (
-    ProjectSerializer,
-    TokenCreateSerializer,
-    TokenIssuedSerializer,
-    TokenSerializer,
-)
+from portal.lib.rest import StrictSerializer
 from portal.models import ApiToken
 from portal.services import token_issue, token_revoke
 
 
-class ProjectViewSet(viewsets.ReadOnlyModelViewSet):
-    """Projects the caller belongs to (admins and finance: all projects). The API serves
-    instances.api.quotas.ProjectViewSet, which adds their idle stop and approval policy."""
+class TokenSerializer(serializers.ModelSerializer):
+    state = serializers.SerializerMethodField()
 
-    serializer_class = ProjectSerializer
-    lookup_field = "slug"
-    filterset_class = ProjectFilter
+    class Meta:
+        model = ApiToken
+        fields = [
+            "id",
+            "name",
+            "prefix",
+            "created_at",
+            "expires_at",
+            "last_used_at",
+            "revoked_at",
+            "state",
+        ]
+        read_only_fields = fields
 
-    def get_queryset(self):
-        return permissions.visible_projects(self.request.user).prefetch_related("memberships__user")
+    def get_state(self, obj: ApiToken) -> str:
+        if obj.revoked_at:
+            return "revoked"
+        return "expired" if obj.expires_at <= timezone.now() else "active"
+
+
+class TokenCreateSerializer(StrictSerializer):
+    username = serializers.CharField()
+    password = serializers.CharField(style={"input_type": "password"}, trim_whitespace=False)
+    name = serializers.CharField(max_length=100, default="api")
+    days = serializers.IntegerField(required=False, min_value=1, help_text="Default 30")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # The longest life is a setting, read when a request (or the schema) needs it.
+        days = self.fields["days"]
+        days.max_value = settings.PORTAL_TOKEN_MAX_DAYS
+        days.validators.append(
+            MaxValueValidator(days.max_value, message=f"A token lives 1 to {days.max_value} days.")
+        )
+
+
+class TokenIssuedSerializer(TokenSerializer):
+    token = serializers.CharField(read_only=True, help_text="Shown this once; store it now.")
+
+    class Meta(TokenSerializer.Meta):
+        fields = [*TokenSerializer.Meta.fields, "token"]
+        read_only_fields = fields
 
 
 class TokenViewSet(

@@ -42,7 +42,7 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
 class BearerTokenScheme(OpenApiAuthenticationExtension):
     """Tells the OpenAPI schema how to send a personal token."""
 
-    target_class = "portal.authentication.BearerTokenAuthentication"
+    target_class = "portal.lib.authentication.BearerTokenAuthentication"
     name = "bearerToken"
 
     def get_security_definition(self, auto_schema):

@@ -29,7 +29,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
 from audit.lib.context import note_refusal
-from portal.errors import Forbidden, PortalError
+from portal.lib.errors import Forbidden, PortalError
 
 
 def forbidden(request: HttpRequest, message: str) -> HttpResponse:

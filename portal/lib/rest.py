@@ -21,7 +21,7 @@ from rest_framework.serializers import as_serializer_error
 from rest_framework.validators import ProhibitSurrogateCharactersValidator
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from portal.errors import PortalError
+from portal.lib.errors import PortalError
 
 MAX_ERROR_FIELDS = 20
 MAX_FIELD_NAME = 100
@@ -160,7 +160,7 @@ class RejectUnknownFields:
     """Input as a write serializer takes it, strictly: a field it does not know is refused,
     so a caller cannot set owner, status or prices, nor lose a misspelt field without a word;
     and a yes/no field takes only true or false (DRF's BooleanField also takes 0, 1, "yes",
-    "on"). The schema says so too (``additionalProperties: false``, see portal.schema). Mixed
+    "on"). The schema says so too (``additionalProperties: false``, see portal.lib.schema). Mixed
     into StrictSerializer and StrictModelSerializer, the bases every write serializer uses."""
 
     rejects_unknown_fields = True
@@ -218,7 +218,7 @@ def refuse_body(request) -> None:
 
 class BoundedDictField(serializers.DictField):
     """A mapping of at most ``max_length`` keys (DRF's DictField takes any number); the schema
-    says ``maxProperties`` (portal.schema)."""
+    says ``maxProperties`` (portal.lib.schema)."""
 
     def __init__(self, *, max_length: int, **kwargs):
         self.max_length = max_length

@@ -339,3 +339,18 @@ def test_the_idiom_checks_find_what_breaks_it(tmp_path):
         "shop/api/fields.py",
         "shop/api/serializers.py",
     ]
+
+
+def test_one_spelling_of_utilization():
+    """docs/design.md's one word per thing: utilization, never utilisation, in the code, its
+    pages and its docs (the migrations keep what they said when they were written)."""
+    roots = [*LAYERS, "templates", "docs"]
+    found = sorted(
+        str(path.relative_to(ROOT))
+        for root in roots
+        for path in (ROOT / root).rglob("*")
+        if path.suffix in {".py", ".html", ".md", ".js"}
+        and "migrations" not in path.parts
+        and "utilis" in path.read_text(encoding="utf-8").lower()
+    )
+    assert found == []

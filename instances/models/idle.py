@@ -17,7 +17,7 @@ class IdlePolicy(models.Model):
     enabled = models.BooleanField(default=True)
     # The help text is spelt as migration 0003 records it (respelling it needs a migration).
     threshold_percent = models.PositiveSmallIntegerField(
-        default=5, help_text="A host is idle while its GPU utilisation stays below this"
+        default=5, help_text="A host is idle while its GPU utilization stays below this"
     )
     idle_minutes = models.PositiveIntegerField(
         default=60, help_text="Idle this long and the host is stopped (spot: terminated)"

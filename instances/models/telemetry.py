@@ -18,7 +18,7 @@ class GpuReading(models.Model):
     )
     minute = models.DateTimeField()
     # The help text is spelt as migration 0004 records it (respelling it needs a migration).
-    utilization = models.PositiveSmallIntegerField(help_text="Mean GPU utilisation, percent")
+    utilization = models.PositiveSmallIntegerField(help_text="Mean GPU utilization, percent")
     memory_used_mib = models.PositiveIntegerField(help_text="GPU memory in use, all GPUs, MiB")
     # Each GPU's own reading, by index: [index, utilization %, memory used MiB, memory total
     # MiB], a compact list on the row rather than a row per GPU (eight times the rows, and

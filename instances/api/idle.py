@@ -3,14 +3,13 @@ and admins (portal.permissions.can_set_idle_policy)."""
 
 from __future__ import annotations
 
-from django.core.exceptions import ValidationError
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from instances.models import IdlePolicy
-from instances.services.idle import IDLE_POLICY_FIELDS, idle_policy_set
+from instances.services.idle import IDLE_POLICY_BOUNDS, IDLE_POLICY_FIELDS, idle_policy_set
 from portal import permissions
 from portal.lib.errors import Forbidden
 from portal.lib.rest import StrictSerializer
@@ -31,12 +30,18 @@ class IdlePolicySerializer(serializers.ModelSerializer):
         read_only_fields = ["project", "updated_by", "updated_at"]
 
 
+def _bounded(name: str) -> serializers.IntegerField:
+    low, high = IDLE_POLICY_BOUNDS[name]
+    return serializers.IntegerField(min_value=low, max_value=high, required=False)
+
+
 class IdlePolicyInputSerializer(StrictSerializer):
     enabled = serializers.BooleanField(required=False)
-    threshold_percent = serializers.IntegerField(min_value=1, max_value=100, required=False)
-    idle_minutes = serializers.IntegerField(min_value=2, max_value=10080, required=False)
-    warning_minutes = serializers.IntegerField(min_value=1, max_value=10079, required=False)
-    snooze_hours = serializers.IntegerField(min_value=1, max_value=168, required=False)
+    # The ranges are idle_policy_set's (IDLE_POLICY_BOUNDS); stated here for the schema.
+    threshold_percent = _bounded("threshold_percent")
+    idle_minutes = _bounded("idle_minutes")
+    warning_minutes = _bounded("warning_minutes")
+    snooze_hours = _bounded("snooze_hours")
 
 
 def policy_of(project) -> IdlePolicy:
@@ -66,8 +71,6 @@ class IdlePolicyActions:
             raise Forbidden("Only admins and the project's managers change its idle stop.")
         incoming = IdlePolicyInputSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
-        try:
-            policy = idle_policy_set(project=project, actor=request.user, **incoming.validated_data)
-        except ValidationError as error:
-            raise serializers.ValidationError({"non_field_errors": error.messages}) from error
+        # A range idle_policy_set refuses is said at its field (portal.lib.rest's handler).
+        policy = idle_policy_set(project=project, actor=request.user, **incoming.validated_data)
         return Response(IdlePolicySerializer(policy).data)

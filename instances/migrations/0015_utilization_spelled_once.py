@@ -4,20 +4,21 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('instances', '0014_governance_moves_to_instances'),
+        ("instances", "0014_governance_moves_to_instances"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='gpureading',
-            name='utilization',
-            field=models.PositiveSmallIntegerField(help_text='Mean GPU utilization, percent'),
+            model_name="gpureading",
+            name="utilization",
+            field=models.PositiveSmallIntegerField(help_text="Mean GPU utilization, percent"),
         ),
         migrations.AlterField(
-            model_name='idlepolicy',
-            name='threshold_percent',
-            field=models.PositiveSmallIntegerField(default=5, help_text='A host is idle while its GPU utilization stays below this'),
+            model_name="idlepolicy",
+            name="threshold_percent",
+            field=models.PositiveSmallIntegerField(
+                default=5, help_text="A host is idle while its GPU utilization stays below this"
+            ),
         ),
     ]

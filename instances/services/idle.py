@@ -266,6 +266,15 @@ IDLE_POLICY_FIELDS = (
     "warning_minutes",
     "snooze_hours",
 )
+WEEK_MINUTES = 7 * 24 * 60
+# Each number's range, the one rule idle_policy_set checks (the API's schema states it from
+# here). The warning must also come before the stop: checked against idle_minutes below.
+IDLE_POLICY_BOUNDS = {
+    "threshold_percent": (1, 100),
+    "idle_minutes": (2, WEEK_MINUTES),
+    "warning_minutes": (1, WEEK_MINUTES - 1),
+    "snooze_hours": (1, 168),
+}
 
 
 @transaction.atomic
@@ -280,15 +289,20 @@ def idle_policy_set(*, project: Project, actor: User, **values) -> IdlePolicy:
             setattr(policy, name, values[name])
     # Named by field, so that a page says each beside its input (the API lists them by field).
     problems = {}
-    if not 1 <= policy.threshold_percent <= 100:
+
+    def outside(name: str) -> bool:
+        low, high = IDLE_POLICY_BOUNDS[name]
+        return not low <= getattr(policy, name) <= high
+
+    if outside("threshold_percent"):
         problems["threshold_percent"] = "The threshold is a GPU utilization from 1 to 100 %."
-    if not 2 <= policy.idle_minutes <= 7 * 24 * 60:
-        problems["idle_minutes"] = "The idle time is 2 minutes to a week (10080 minutes)."
-    elif not 1 <= policy.warning_minutes < policy.idle_minutes:
+    if outside("idle_minutes"):
+        problems["idle_minutes"] = f"The idle time is 2 minutes to a week ({WEEK_MINUTES} minutes)."
+    elif outside("warning_minutes") or policy.warning_minutes >= policy.idle_minutes:
         problems["warning_minutes"] = (
             "The warning comes at least a minute before the stop, within the idle time."
         )
-    if not 1 <= policy.snooze_hours <= 168:
+    if outside("snooze_hours"):
         problems["snooze_hours"] = "Keep running holds a host from 1 to 168 hours."
     if problems:
         raise ValidationError(problems, code="invalid")

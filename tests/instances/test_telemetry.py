@@ -250,3 +250,7 @@ def test_managers_set_the_idle_policy_and_members_read_it(api_as, alice, ada, pr
     assert answer.json()["idle_minutes"] == 45
     bad = api_as(ada).put(url, {"idle_minutes": 5, "warning_minutes": 10}, format="json")
     assert bad.status_code == 400
+    # Said at the field the service names, as the page says it beside its input.
+    assert list(bad.json()["fields"]) == ["warning_minutes"]
+    assert "before the stop" in bad.json()["fields"]["warning_minutes"][0]
+    assert api_as(ada).get(url).json()["idle_minutes"] == 45  # nothing changed

@@ -121,7 +121,6 @@ IDIOMS = {
 }
 
 
-
 def _modules() -> dict[str, Path]:
     found = {}
     for app in LAYERS:

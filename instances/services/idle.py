@@ -294,16 +294,23 @@ def idle_policy_set(*, project: Project, actor: User, **values) -> IdlePolicy:
         low, high = IDLE_POLICY_BOUNDS[name]
         return not low <= getattr(policy, name) <= high
 
+    def bounds(name: str) -> str:
+        return "{} to {}".format(*IDLE_POLICY_BOUNDS[name])
+
     if outside("threshold_percent"):
-        problems["threshold_percent"] = "The threshold is a GPU utilization from 1 to 100 %."
+        problems["threshold_percent"] = (
+            f"The threshold is a GPU utilization from {bounds('threshold_percent')} %."
+        )
     if outside("idle_minutes"):
-        problems["idle_minutes"] = f"The idle time is 2 minutes to a week ({WEEK_MINUTES} minutes)."
+        problems["idle_minutes"] = (
+            f"The idle time is {bounds('idle_minutes')} minutes (up to a week)."
+        )
     elif outside("warning_minutes") or policy.warning_minutes >= policy.idle_minutes:
         problems["warning_minutes"] = (
             "The warning comes at least a minute before the stop, within the idle time."
         )
     if outside("snooze_hours"):
-        problems["snooze_hours"] = "Keep running holds a host from 1 to 168 hours."
+        problems["snooze_hours"] = f"Keep running holds a host from {bounds('snooze_hours')} hours."
     if problems:
         raise ValidationError(problems, code="invalid")
     policy.updated_by = actor

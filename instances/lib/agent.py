@@ -1,8 +1,9 @@
-"""The GPU telemetry agent a real host runs: cloud-init installs it with the host's own
-credential (instances/services/telemetry.py agent_secret) and a systemd timer runs it every
-minute. It reads nvidia-smi, keeps the readings in a spool until the portal accepts them, and
+"""The agent a real host runs: cloud-init installs it with the host's own credential
+(instances/services/telemetry.py agent_secret). A systemd timer runs its telemetry reading every
+minute: it reads nvidia-smi, keeps the readings in a spool until the portal accepts them, and
 drops (with a line in the journal) only what the portal refused as malformed: nothing is lost
-without a word on either side.
+without a word on either side. A long-running service runs its job mode (``jobs``), which runs
+the managed training jobs the portal hands the host.
 
 instances/lib/agent.py writes that cloud-config; the agent itself is a program of its own,
 instances/agent/portal_agent.py, read from the package here.
@@ -25,6 +26,32 @@ Description=GPU Portal telemetry agent
 Type=oneshot
 EnvironmentFile=/etc/portal-agent.env
 ExecStart=/usr/bin/python3 /usr/local/bin/portal-gpu-agent
+"""
+
+# KillMode=process: systemd's SIGTERM goes to the agent alone, which stops its job with the
+# job's own stop signal and grace, sends the rest of the log and the exit, then exits. It also
+# means an agent that crashes leaves its job running for the restarted agent to adopt (job.pid):
+# with control-group or mixed, systemd would kill the job's processes when the unit went down
+# between the crash and the restart, and a training run would die with its agent. Should the
+# agent itself hang, only it is killed at TimeoutStopSec; the next agent adopts or reports the
+# job. TimeoutStopSec is longer than a job's grace (the portal allows a few minutes at most)
+# plus the final checkpoint sync and reports. Exit 0 means the portal no longer knows the host
+# (or systemd stopped the agent): asking again every 5 s would only be refused again.
+JOBS_SERVICE = """[Unit]
+Description=GPU Portal job agent (managed training jobs)
+Wants=network-online.target
+After=network-online.target
+[Service]
+EnvironmentFile=/etc/portal-agent.env
+Environment=PORTAL_AGENT_IMDS_URL=http://169.254.169.254
+ExecStart=/usr/bin/python3 /usr/local/bin/portal-gpu-agent jobs
+Restart=always
+RestartSec=5
+RestartPreventExitStatus=0
+KillMode=process
+TimeoutStopSec=900
+[Install]
+WantedBy=multi-user.target
 """
 
 TIMER = """[Unit]
@@ -53,6 +80,7 @@ def agent_cloud_config(
         ("/usr/local/bin/portal-gpu-agent", "0755", agent_program()),
         ("/etc/systemd/system/portal-gpu-agent.service", "0644", SERVICE),
         ("/etc/systemd/system/portal-gpu-agent.timer", "0644", TIMER),
+        ("/etc/systemd/system/portal-job-agent.service", "0644", JOBS_SERVICE),
     ]
     lines = ["write_files:"]
     for path, mode, content in files:
@@ -67,5 +95,6 @@ def agent_cloud_config(
         "runcmd:",
         "  - [systemctl, daemon-reload]",
         "  - [systemctl, enable, --now, portal-gpu-agent.timer]",
+        "  - [systemctl, enable, --now, portal-job-agent.service]",
     ]
     return "\n".join(lines) + "\n"

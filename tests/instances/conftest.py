@@ -6,6 +6,9 @@ import boto3
 import pytest
 from moto import mock_aws
 
+# The host agent tests' fake portal.
+from tests.instances.agent_helpers import portal  # noqa: F401
+
 # The pool tests' fixture (a pool of alice's in vision-lab).
 from tests.instances.pool_helpers import make_pool  # noqa: F401
 

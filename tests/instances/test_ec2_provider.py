@@ -76,6 +76,14 @@ def root_volume(moto_ec2, instance: dict) -> dict:
 # --- what a launched host looks like in the cloud ------------------------------------------
 
 
+def cloud_config(moto_ec2, instance: dict) -> dict:
+    """The cloud-config cloud-init reads from the host's user data."""
+    reply = moto_ec2.describe_instance_attribute(
+        InstanceId=instance["InstanceId"], Attribute="userData"
+    )
+    return yaml.safe_load(base64.b64decode(reply["UserData"]["Value"]).decode())
+
+
 def test_launch_requires_imdsv2(launch):
     instance = launch()
     assert instance["MetadataOptions"]["HttpTokens"] == "required"
@@ -278,10 +286,7 @@ def test_cloud_init_installs_the_gpu_agent_with_the_hosts_own_credential(
 ):
     settings.PORTAL_AGENT_URL = "https://portal.example.org"
     instance = launch(agent_token="gpa_secret")
-    reply = moto_ec2.describe_instance_attribute(
-        InstanceId=instance["InstanceId"], Attribute="userData"
-    )
-    config = yaml.safe_load(base64.b64decode(reply["UserData"]["Value"]).decode())
+    config = cloud_config(moto_ec2, instance)
     assert config["ssh_authorized_keys"] == [SSH_KEY]
     files = {item["path"]: item for item in config["write_files"]}
     env = files["/etc/portal-agent.env"]
@@ -291,15 +296,36 @@ def test_cloud_init_installs_the_gpu_agent_with_the_hosts_own_credential(
     assert "nvidia-smi" in files["/usr/local/bin/portal-gpu-agent"]["content"]
     compile(files["/usr/local/bin/portal-gpu-agent"]["content"], "agent", "exec")
     assert ["systemctl", "enable", "--now", "portal-gpu-agent.timer"] in config["runcmd"]
+    assert ["systemctl", "enable", "--now", "portal-job-agent.service"] in config["runcmd"]
+
+
+def test_cloud_init_runs_the_job_agent_as_a_service_that_stops_its_job_gracefully(
+    moto_ec2, launch, settings
+):
+    settings.PORTAL_AGENT_URL = "https://portal.example.org"
+    instance = launch(agent_token="gpa_secret")
+    config = cloud_config(moto_ec2, instance)
+    files = {item["path"]: item for item in config["write_files"]}
+    unit = files["/etc/systemd/system/portal-job-agent.service"]["content"].splitlines()
+    assert "ExecStart=/usr/bin/python3 /usr/local/bin/portal-gpu-agent jobs" in unit
+    assert "EnvironmentFile=/etc/portal-agent.env" in unit
+    assert "Environment=PORTAL_AGENT_IMDS_URL=http://169.254.169.254" in unit
+    assert {"Restart=always", "RestartSec=5", "KillMode=process"} <= set(unit)
+    # systemd's SIGTERM reaches the agent, which gives the job its grace (30 s by default).
+    (stop,) = [line for line in unit if line.startswith("TimeoutStopSec=")]
+    assert int(stop.removeprefix("TimeoutStopSec=")) > 300
+    assert "WantedBy=multi-user.target" in unit
+    # The telemetry timer stays beside it.
+    assert config["runcmd"][-2:] == [
+        ["systemctl", "enable", "--now", "portal-gpu-agent.timer"],
+        ["systemctl", "enable", "--now", "portal-job-agent.service"],
+    ]
 
 
 def test_the_checkpoint_location_reaches_the_hosts_environment_through_cloud_init(moto_ec2, launch):
     uri = "s3://lab-checkpoints/vision-lab/0b0e/"
     instance = launch(environment={"PORTAL_CHECKPOINT_URI": uri})
-    reply = moto_ec2.describe_instance_attribute(
-        InstanceId=instance["InstanceId"], Attribute="userData"
-    )
-    config = yaml.safe_load(base64.b64decode(reply["UserData"]["Value"]).decode())
+    config = cloud_config(moto_ec2, instance)
     assert config["ssh_authorized_keys"] == [SSH_KEY]
     assert config["write_files"] == [
         {
@@ -314,10 +340,7 @@ def test_an_agent_and_a_checkpoint_share_one_write_files_list(moto_ec2, launch, 
     settings.PORTAL_AGENT_URL = "https://portal.example.org"
     uri = "s3://lab-checkpoints/vision-lab/0b0e/"
     instance = launch(agent_token="gpa_secret", environment={"PORTAL_CHECKPOINT_URI": uri})
-    reply = moto_ec2.describe_instance_attribute(
-        InstanceId=instance["InstanceId"], Attribute="userData"
-    )
-    config = yaml.safe_load(base64.b64decode(reply["UserData"]["Value"]).decode())
+    config = cloud_config(moto_ec2, instance)
     files = {item["path"]: item for item in config["write_files"]}
     assert files["/etc/environment"]["content"] == f'PORTAL_CHECKPOINT_URI="{uri}"\n'
     assert "PORTAL_AGENT_TOKEN=gpa_secret\n" in files["/etc/portal-agent.env"]["content"]

@@ -1,0 +1,138 @@
+"""The host agents of the simulated cloud: a simulated host has no machine of its own, so each
+one that may run a managed training job gets a folder under ``root`` and a job agent process
+(instances/agent/portal_agent.py ``jobs``, the program a real host runs) on this machine, which
+asks the portal for its runs and runs them here, exactly as it would on EC2.
+
+Several portal processes (web, workers) may ask for the same host's agent, so what an agent is
+lives in files, not in this object: ``root/<instance>/agent.pid`` holds "pid starttime", the
+start time from /proc telling the agent from a process given its pid later; its runs' job.pid
+files (under ``root/<instance>/jobs/``) hold the same for each job process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+AGENT = Path(__file__).resolve().parents[1] / "agent" / "portal_agent.py"
+# What an agent (and so a job) inherits of this process: never the portal's own secrets.
+INHERITED = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ")
+
+
+def started_at(pid: int) -> str | None:
+    """The process's start time (/proc/<pid>/stat field 22), None once it is gone or a zombie."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] in ("Z", "X") else fields[19]
+
+
+def live_pid(pid_file: Path) -> int | None:
+    """The pid a "pid starttime ..." file names, while that very process still runs."""
+    try:
+        pid, start = pid_file.read_text().split()[:2]
+        return int(pid) if started_at(int(pid)) == start else None
+    except (OSError, ValueError):
+        return None
+
+
+class HostAgents:
+    """The job agents of the simulated hosts, one folder and one process per host."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        # Agents this process started, polled so that an ended one is reaped, not a zombie.
+        self.children: dict[str, subprocess.Popen] = {}
+
+    def folder(self, instance_id) -> Path:
+        return self.root / str(instance_id)
+
+    def ensure(self, instance_id, *, url: str, token: str, env: dict | None = None) -> int:
+        """The pid of the host's live agent, started now (detached, in a session of its own)
+        if it has none."""
+        folder = self.folder(instance_id)
+        (folder / "jobs").mkdir(parents=True, exist_ok=True)
+        # Two portal processes ensuring the same host at once must not start two agents.
+        with open(folder / "agent.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            live = self.pid(instance_id)
+            return live if live is not None else self._start(instance_id, url, token, env)
+
+    def _start(self, instance_id, url: str, token: str, env: dict | None) -> int:
+        folder = self.folder(instance_id)
+        variables = {name: os.environ[name] for name in INHERITED if name in os.environ}
+        variables |= {
+            "PORTAL_AGENT_POLL_SECONDS": "1",
+            "PORTAL_AGENT_GIVE_UP_SECONDS": "120",
+            **(env or {}),
+            "PORTAL_AGENT_URL": url,
+            "PORTAL_INSTANCE_ID": str(instance_id),
+            "PORTAL_AGENT_TOKEN": token,
+            "PORTAL_AGENT_WORKDIR": str(folder / "jobs"),
+        }
+        with open(folder / "agent.log", "ab") as log:
+            child = subprocess.Popen(  # noqa: S603 (this interpreter, the portal's own agent)
+                [sys.executable, str(AGENT), "jobs"],
+                env=variables,
+                cwd=folder,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.children[str(instance_id)] = child
+        pid_file = folder / "agent.pid"
+        pid_file.with_suffix(".tmp").write_text(f"{child.pid} {started_at(child.pid)}\n")
+        pid_file.with_suffix(".tmp").replace(pid_file)
+        return child.pid
+
+    def end(self, instance_id, *, grace: float = 5.0) -> None:
+        """Stop the host's agent, which stops its job with the job's stop signal; after
+        ``grace`` seconds SIGKILL what is left of the agent's and every job's process group.
+        Ending a host with no live agent or job does nothing."""
+        agent, jobs = self.pid(instance_id), self.job_pids(instance_id)
+        if agent is not None:
+            os.kill(agent, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and (self.pid(instance_id) or self.job_pids(instance_id)):
+            time.sleep(0.05)
+        # A job's group outlives its first process when that one exits before its children:
+        # the groups seen at the start are killed too (each is a new session: group id = pid).
+        agent = self.pid(instance_id)
+        for group in {*jobs, *self.job_pids(instance_id), *([agent] if agent else [])}:
+            with contextlib.suppress(OSError):
+                os.killpg(group, signal.SIGKILL)
+        child = self.children.pop(str(instance_id), None)
+        if child is not None:
+            child.wait()
+
+    def pid(self, instance_id) -> int | None:
+        """The host's live agent, or None."""
+        child = self.children.get(str(instance_id))
+        if child is not None:
+            child.poll()  # reap an agent that ended, so its pid reads as gone
+        return live_pid(self.folder(instance_id) / "agent.pid")
+
+    def job_pids(self, instance_id) -> list[int]:
+        """The host's live job processes, from their runs' job.pid files."""
+        pid_files = sorted((self.folder(instance_id) / "jobs").glob("*/job.pid"))
+        return [pid for pid in map(live_pid, pid_files) if pid is not None]
+
+
+_AGENTS: dict[Path, HostAgents] = {}
+
+
+def host_agents() -> HostAgents:
+    """This process's HostAgents for the simulated cloud's hosts (under var/simulated-hosts/):
+    one per process, so the agents it started are reaped when they end."""
+    from django.conf import settings
+
+    root = Path(settings.VAR_DIR) / "simulated-hosts"
+    return _AGENTS.setdefault(root, HostAgents(root))

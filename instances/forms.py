@@ -1,8 +1,8 @@
-"""instances/forms.py: the pages' forms: the order form, a lease extension, the pool forms (a
-new pool, its sizes, its desired count, a schedule), and the fields quota and policy forms are
-made of. They only parse what was typed: the services (order_submit, instance_extend_lease,
-pool_create, pool_update, schedule_create, quota_set, ...) validate for real and name the field
-at fault.
+"""instances/forms.py: the pages' forms: the order form, a lease extension, a new job, the pool
+forms (a new pool, its sizes, its desired count, a schedule), and the fields quota and policy
+forms are made of. They only parse what was typed: the services (order_submit, job_submit,
+instance_extend_lease, pool_create, pool_update, schedule_create, quota_set, ...) validate for
+real and name the field at fault.
 
 Quota limits keyed by a catalog name (GPUs per model, markets per type) are rows of selects.
 Each row is a pair of inputs sent under the same two names (``<field>-key``, ``<field>-value``),
@@ -22,7 +22,7 @@ from django import forms
 from django.conf import settings
 from django.template.loader import render_to_string
 
-from instances.models import InstanceType, InterruptionPolicy, Market
+from instances.models import Image, InstanceType, InterruptionPolicy, JobMarket, Market
 from portal import permissions
 
 
@@ -371,3 +371,86 @@ class TypesField(forms.MultipleChoiceField):
     def set_keys(self, keys: list[str], kept=()) -> None:
         names = list(dict.fromkeys([*keys, *kept]))
         self.choices = [(name, name) for name in names]
+
+
+# --- jobs -------------------------------------------------------------------------------------
+
+
+def env_lines(text: str | None) -> dict[str, str] | None:
+    """``KEY=value`` lines as a mapping (blank lines and ``#`` comments skipped); None when a
+    line has no ``=`` (the form says which)."""
+    env: dict[str, str] = {}
+    for line in (text or "").splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            return None
+        env[key.strip()] = value
+    return env
+
+
+class JobForm(forms.Form):
+    """The new-job page's form: it parses what was typed; job_submit checks it for real (the
+    same checks as the API) and names the field at fault."""
+
+    project = forms.ChoiceField(error_messages={"required": "Choose a project."})
+    name = forms.CharField(max_length=100, error_messages={"required": "Name the job."})
+    instance_type = forms.ChoiceField(error_messages={"required": "Choose an instance type."})
+    image = forms.ChoiceField(error_messages={"required": "Choose an image."})
+    market = forms.ChoiceField(
+        choices=JobMarket.choices,
+        widget=forms.RadioSelect,
+        initial=JobMarket.SPOT_THEN_ON_DEMAND,
+        error_messages={"required": "Choose where its hosts come from."},
+    )
+    command = forms.CharField(
+        strip=False,
+        widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false", "class": "mono"}),
+        error_messages={"required": "Give the command the job runs."},
+    )
+    env = forms.CharField(
+        required=False,
+        strip=False,
+        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false", "class": "mono"}),
+    )
+    time_limit_minutes = forms.IntegerField(
+        initial=24 * 60, error_messages={"invalid": "Give the time limit in whole minutes."}
+    )
+    max_recoveries = forms.IntegerField(
+        required=False, error_messages={"invalid": "A whole number, or empty for no limit."}
+    )
+    max_restarts = forms.IntegerField(
+        initial=0, error_messages={"invalid": "A whole number of restarts, e.g. 1."}
+    )
+    retry_exit_codes = forms.CharField(required=False)
+    keep_host_minutes = forms.IntegerField(
+        initial=0, error_messages={"invalid": "Minutes as a whole number, 0 for none."}
+    )
+    submission = forms.UUIDField(widget=forms.HiddenInput, initial=uuid.uuid4)
+
+    def __init__(self, *args, user, **kwargs):
+        super().__init__(*args, **kwargs)
+        projects = permissions.orderable_projects(user)
+        self.fields["project"].choices = [(p.slug, f"{p.name} ({p.slug})") for p in projects]
+        self.fields["instance_type"].choices = [
+            (t.name, f"{t.name} · {t.gpu_count}× {t.gpu_model}")
+            for t in InstanceType.objects.offered().order_by("name")
+        ]
+        self.fields["image"].choices = [
+            (image.name, f"{image.name} · TensorFlow {image.tensorflow_version}")
+            for image in Image.objects.filter(is_active=True).order_by("-tensorflow_version")
+        ]
+
+    def clean_env(self) -> dict[str, str]:
+        env = env_lines(self.cleaned_data.get("env"))
+        if env is None:
+            raise forms.ValidationError("Write one variable a line, as NAME=value.")
+        return env
+
+    def clean_retry_exit_codes(self) -> list[int]:
+        parts = [p.strip() for p in (self.cleaned_data.get("retry_exit_codes") or "").split(",")]
+        try:
+            return [int(part) for part in parts if part]
+        except ValueError:
+            raise forms.ValidationError("List exit codes as numbers, e.g. 75, 143.") from None

@@ -16,6 +16,7 @@ from instances.metrics import autoscale_counted, reconcile_counted
 from instances.models import Instance
 from instances.providers.base import NO_CAPACITY, ProviderPermanentError, ProviderTransientError
 from instances.selectors.hosts import instance_load
+from instances.services.jobs import jobs_pass
 from portal.metrics import AUTOSCALER_SECONDS, RECONCILE_SECONDS
 
 log = logging.getLogger(__name__)
@@ -178,6 +179,16 @@ def stop_idle_hosts() -> int:
 def drain_spot_events() -> int:
     """Hear the cloud's spot interruption warnings (SQS queue, or the simulated cloud)."""
     return services.spot_events_drain()
+
+
+@shared_task
+def pass_jobs() -> int:
+    """The job pass (beat, PORTAL_JOB_SECONDS): lost hosts, refused orders, time limits, kept
+    hosts whose time is up."""
+    moved = jobs_pass()
+    if any(moved.values()):
+        log.info("job pass: %s", moved)
+    return sum(moved.values())
 
 
 @shared_task

@@ -1,9 +1,9 @@
-"""The instances app's pages: catalog, ordering, My hosts, a host, pools, the approval inbox,
+"""The instances app's pages: catalog, ordering, My hosts, a host, jobs, pools, the approval inbox,
 the Quotas page and requests for more, and a project's approval and idle policies."""
 
 from django.urls import path
 
-from instances.views import approvals, catalog, hosts, idle, orders, pools, quotas
+from instances.views import approvals, catalog, hosts, idle, jobs, orders, pools, quotas
 
 urlpatterns = [
     path("approvals/", orders.approvals, name="approvals"),
@@ -23,6 +23,14 @@ urlpatterns = [
     path("hosts/<uuid:pk>/extend/", hosts.host_extend, name="host-extend"),
     path("hosts/<uuid:pk>/keep-running/", hosts.host_keep_running, name="host-keep-running"),
     path("hosts/<uuid:pk>/<str:verb>/", hosts.host_action, name="host-action"),
+    path("jobs/", jobs.jobs_page, name="jobs"),
+    path("jobs/new/", jobs.job_new, name="job-new"),
+    path("jobs/<uuid:pk>/", jobs.job_page, name="job"),
+    path("jobs/<uuid:pk>/panel/", jobs.job_panel_partial, name="job-panel"),
+    path("jobs/<uuid:pk>/log/", jobs.job_log_partial, name="job-log"),
+    path("jobs/<uuid:pk>/log.txt", jobs.job_log_file, name="job-log-file"),
+    path("jobs/<uuid:pk>/cancel/", jobs.job_cancel_page, name="job-page-cancel"),
+    path("jobs/<uuid:pk>/rerun/", jobs.job_rerun_page, name="job-page-rerun"),
     path("orders/<uuid:pk>/cancel/", hosts.held_order_cancel, name="held-order-cancel"),
     path("pools/", pools.pools_page, name="pools"),
     path("pools/new/", pools.pool_new, name="pool-new"),

@@ -183,6 +183,12 @@ def can_act_on_host(user, host, managed: set[int] | None = None) -> bool:
     return host.project_id in managed
 
 
+def can_act_on_job(user, job) -> bool:
+    """Who cancels or re-runs a managed job: who may act on its hosts (its owner, the project's
+    managers, admins; finance reads only)."""
+    return can_act_on_host(user, job)
+
+
 def can_revoke_token(user, token) -> bool:
     return _signed_in(user) and (token.user_id == user.pk or is_admin(user))
 

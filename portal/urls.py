@@ -12,12 +12,14 @@ from instances.api import (
     ImageViewSet,
     InstanceTypeViewSet,
     InstanceViewSet,
+    JobViewSet,
     OrderViewSet,
     PoolViewSet,
     ProjectViewSet,
     QuotaRequestViewSet,
     QuotaViewSet,
 )
+from instances.api.jobs import host_job_urls
 from instances.api.telemetry import InstanceMetricsView
 from portal.api import TokenViewSet
 from portal.views import account, dashboard, health, metrics, notices, tokens
@@ -57,6 +59,7 @@ router.register("audit/events", AuditEventViewSet, basename="audit-event")
 router.register("orders", OrderViewSet, basename="order")
 router.register("instances", InstanceViewSet, basename="instance")
 router.register("pools", PoolViewSet, basename="pool")
+router.register("jobs", JobViewSet, basename="job")
 router.register("quotas", QuotaViewSet, basename="quota")
 router.register("quota-requests", QuotaRequestViewSet, basename="quota-request")
 router.register("auth/tokens", TokenViewSet, basename="token")
@@ -82,6 +85,7 @@ urlpatterns = [
         InstanceMetricsView.as_view(),
         name="instance-metrics",
     ),
+    *host_job_urls(),
     path("api/v1/", include(router.urls)),
     path("api/v1/schema/", ApiSchemaView.as_view(), name="api-schema"),
     path("api/v1/docs/", ApiDocsView.as_view(url_name="api-schema"), name="api-docs"),

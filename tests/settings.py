@@ -22,3 +22,6 @@ from portal.settings import MIDDLEWARE
 MIDDLEWARE = [*MIDDLEWARE, "tests.faults.FaultInjectionMiddleware"]
 # Off unless a test asks for faults (the ``faults`` fixture in tests/audit/conftest.py).
 PORTAL_FAULT_INJECTION = False
+# Simulated hosts run no agent process unless a test starts them (tests/instances/
+# test_job_execution.py): the other job tests speak for the agent through its API.
+PORTAL_SIMULATED_AGENTS = False

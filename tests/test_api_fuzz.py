@@ -230,6 +230,21 @@ def give_real_references(case, world: World, who: str) -> None:
         body.pop("max_spot_price", None)
         if body.get("market") != "spot":
             body.pop("interruption_policy", None)
+    elif path == "/api/v1/jobs/" and method == "POST" and body is not None:
+        kind, image = _pick(world.pairs, body.get("instance_type"))
+        # A job's own rules (a command, variable names the portal does not set) are not the
+        # schema's to say: a real command and variables; the negative cases try the rest.
+        body.update(
+            project=_pick(world.projects[who], body.get("project")),
+            instance_type=kind,
+            image=image,
+            name="fuzz",
+            command="python train.py",
+            env={"SEED": "1"},
+        )
+        body.pop("ssh_public_key", None)
+        if body.get("market") != "on_demand" and kind not in world.spot_types:
+            body["market"] = "on_demand"
     elif path == "/api/v1/quota-requests/" and method == "POST" and body is not None:
         body["project"] = _pick(world.projects[who], body.get("project"))
     elif path.startswith("/api/v1/pools/") and body is not None:
@@ -246,6 +261,14 @@ def give_real_references(case, world: World, who: str) -> None:
             if isinstance(reading, dict):
                 reading["at"] = (timezone.now() - timedelta(minutes=index)).isoformat()
                 _real_gpus(reading, host.instance_type)
+    elif "/job/" in path and path.startswith("/api/v1/instances/"):
+        from instances.models import Instance
+        from instances.services.telemetry import agent_secret
+
+        # The agent's side of a job: its host's own credential (the host runs no job, so it
+        # hears 204 and 409s; tests/instances/test_jobs.py drives a real run).
+        host = Instance.objects.get(pk=world.path_values["/api/v1/instances/"][0])
+        case.headers = {**(case.headers or {}), "Authorization": f"Agent {agent_secret(host)}"}
     elif path.endswith("/idle-policy/") and method == "PUT" and body is not None:
         # Nor "the warning comes before the stop": keep the two in order.
         idle = body.get("idle_minutes", 60)

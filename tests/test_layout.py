@@ -69,6 +69,7 @@ IDIOMS = {
                 "admission",
                 "approvals",
                 "hosts",
+                "jobs",
                 "pools",
                 "telemetry",
                 "spot_recovery",
@@ -87,11 +88,14 @@ IDIOMS = {
             "services": frozenset({"transitions", "queue"}),
             "api": frozenset({"fields"}),
         },
-        parts={"pools": frozenset({"lifecycle", "checks", "schedules", "plan", "autoscaler"})},
+        parts={
+            "pools": frozenset({"lifecycle", "checks", "schedules", "plan", "autoscaler"}),
+            "jobs": frozenset({"lifecycle", "submit", "runs", "recovery"}),
+        },
     ),
     # The demo has one layer: what seed_demo plays. session is one order of history's script.
     "demo": Idiom(
-        topics=frozenset({"history", "pools", "present", "sample_cur"}),
+        topics=frozenset({"history", "pools", "jobs", "present", "sample_cur"}),
         helpers={"services": frozenset({"session"})},
     ),
     # registry.py is audit's own top-level file, not a folder: the project-wide wiring registry

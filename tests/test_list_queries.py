@@ -125,6 +125,26 @@ def world(catalog, projects, alice, ada, place_order, settings):
         for i in range(QuotaRequest.objects.count(), n):
             quota_request_open(requester=alice, project=vision, gpus=1, reason=f"run {i}")
 
+    def grow_jobs(n: int) -> None:
+        # Pending jobs, and jobs whose run was handed to a running host (its runs, events and
+        # hosts on the page); a few hosts, within the simulated cloud's capacity.
+        from instances.models import Job
+        from instances.services.jobs import job_assignment, job_submit
+
+        for i in range(Job.objects.count(), n):
+            job = job_submit(
+                requester=alice,
+                project=vision,
+                instance_type=catalog["g5.xlarge"],
+                image=image,
+                market="spot" if i % 2 else "on_demand",
+                name=f"job-{i}",
+                command="python train.py",
+            )
+            if i < 6:
+                host = services.instance_provision(instance_id=job.order.instances.get().pk)
+                job_assignment(host=host)
+
     def grow_audit(n: int) -> None:
         from audit.models import AuditEvent
 
@@ -139,6 +159,7 @@ def world(catalog, projects, alice, ada, place_order, settings):
         "orders": (grow_orders, alice, "/api/v1/orders/"),
         "instances": (grow_orders, alice, "/api/v1/instances/"),
         "pools": (grow_pools, alice, "/api/v1/pools/"),
+        "jobs": (grow_jobs, alice, "/api/v1/jobs/"),
         "pool schedules": (grow_schedules, alice, f"/api/v1/pools/{pool.pk}/schedules/"),
         "pool events": (grow_pool_events, alice, f"/api/v1/pools/{pool.pk}/events/"),
         "quotas": (grow_projects, alice, "/api/v1/quotas/"),

@@ -21,6 +21,7 @@ from audit.models import AuditEvent
 from instances import services
 from instances.models import Image
 from instances.services import approval_policy_set, idle_policy_set, quota_request_open, quota_set
+from instances.services.jobs import job_submit
 from portal.services import notice_send, token_issue
 from tests.conftest import ED25519, PASSWORD
 
@@ -78,6 +79,17 @@ EXPECTED: dict[tuple[str, str], tuple[int, ...]] = {
     ("reconciliation", "POST"): (403, 403, 403, 400, 400, 302),
     # No bill has been imported in this world: nothing to export yet (tests/billing has the 200).
     ("reconciliation-csv", "GET"): (403, 403, 403, 404, 404, 302),
+    # Job pages: members of the job's project read it; its owner, managers and admins act.
+    # Re-running a job that has not ended is refused with a message on its page (302).
+    ("jobs", "GET"): (200, 200, 200, 200, 200, 302),
+    ("job-new", "GET"): (200, 200, 200, 200, 403, 302),
+    ("job-new", "POST"): (400, 400, 400, 400, 403, 302),
+    ("job", "GET"): (200, 200, 404, 200, 200, 302),
+    ("job-panel", "GET"): (200, 200, 404, 200, 200, 302),
+    ("job-log", "GET"): (200, 200, 404, 200, 200, 302),
+    ("job-log-file", "GET"): (200, 200, 404, 200, 200, 302),
+    ("job-page-cancel", "POST"): (302, 403, 404, 302, 403, 302),
+    ("job-page-rerun", "POST"): (302, 403, 404, 302, 403, 302),
     # Pool pages: members of the pool's project read it; its creator, managers, admins change it.
     ("pools", "GET"): (200, 200, 200, 200, 200, 302),
     ("pool-new", "GET"): (200, 200, 200, 200, 403, 302),
@@ -123,6 +135,19 @@ EXPECTED: dict[tuple[str, str], tuple[int, ...]] = {
     # test_telemetry.py: the agent's 201, another host's 403).
     ("instance-metrics", "GET"): (200, 200, 404, 200, 200, 401),
     ("instance-metrics", "POST"): (403, 403, 403, 403, 403, 401),
+    # Jobs: carol may not submit to vision-lab (400, the project field), finance reads only.
+    ("job-list", "GET"): (200, 200, 200, 200, 200, 401),
+    ("job-list", "POST"): (201, 201, 400, 201, 403, 401),
+    ("job-detail", "GET"): (200, 200, 404, 200, 200, 401),
+    ("job-logs", "GET"): (200, 200, 404, 200, 200, 401),
+    ("job-cancel", "POST"): (200, 403, 404, 200, 403, 401),
+    ("job-rerun", "POST"): (409, 403, 404, 409, 403, 401),
+    # The agent's side takes a host's agent credential and nothing else (tests/instances/
+    # test_jobs.py: the agent's answers, another host's 403).
+    ("host-job", "GET"): (401, 401, 401, 401, 401, 401),
+    ("host-job-started", "POST"): (401, 401, 401, 401, 401, 401),
+    ("host-job-log", "POST"): (401, 401, 401, 401, 401, 401),
+    ("host-job-exit", "POST"): (401, 401, 401, 401, 401, 401),
     ("project-idle-policy", "GET"): (200, 200, 404, 200, 200, 401),
     ("project-idle-policy", "PUT"): (403, 403, 404, 200, 403, 401),
     ("project-approval-policy", "GET"): (200, 200, 404, 200, 200, 401),
@@ -218,6 +243,9 @@ PAGE_METHODS = {
     "tokens": ["GET", "POST"],
     "budgets": ["GET", "POST"],
     "reconciliation": ["GET", "POST"],
+    "job-new": ["GET", "POST"],
+    "job-page-cancel": ["POST"],
+    "job-page-rerun": ["POST"],
     "pool-new": ["GET", "POST"],
     "pool-desired": ["POST"],
     "pool-edit": ["POST"],
@@ -292,6 +320,15 @@ def world(catalog, alice, bob, carol, ada, fin, projects, running_host, place_or
         max_size=2,
     )
     schedule = services.schedule_create(pool=pool, user=alice, cron="0 21 * * *", desired=0)
+    job = job_submit(
+        requester=alice,
+        project=vision,
+        instance_type=catalog["g5.xlarge"],
+        image=Image.objects.get(name="tf-2.17-cuda12.3"),
+        market="spot",
+        name="matrix-job",
+        command="python train.py",
+    )
     ada_row = AuditEvent.objects.order_by("seq").first()
     return {
         "users": {"alice": alice, "bob": bob, "carol": carol, "ada": ada, "fin": fin},
@@ -306,6 +343,7 @@ def world(catalog, alice, bob, carol, ada, fin, projects, running_host, place_or
         "event": ada_row,
         "pool": pool,
         "schedule": schedule,
+        "job": job,
     }
 
 
@@ -368,6 +406,25 @@ def _request(world, name: str, method: str) -> tuple[str, dict]:
             route: {"pk": world["pool"].pk, "sid": world["schedule"].pk}
             for route in ("pool-schedule-edit", "pool-schedule-delete")
         },
+        **{
+            route: {"pk": world["job"].pk}
+            for route in (
+                "job",
+                "job-panel",
+                "job-log",
+                "job-log-file",
+                "job-cancel",
+                "job-rerun",
+                "job-page-cancel",
+                "job-page-rerun",
+                "job-detail",
+                "job-logs",
+            )
+        },
+        **{
+            route: {"pk": host.pk}
+            for route in ("host-job", "host-job-started", "host-job-log", "host-job-exit")
+        },
         "pool-detail": {"pk": world["pool"].pk},
         "pool-events": {"pk": world["pool"].pk},
         "pool-schedules": {"pk": world["pool"].pk},
@@ -385,6 +442,14 @@ def _request(world, name: str, method: str) -> tuple[str, dict]:
             "ssh_public_key": ED25519,
         },
         ("order-reject", "POST"): {"reason": "not this month"},
+        ("job-list", "POST"): {
+            "project": "vision-lab",
+            "name": "matrix-2",
+            "instance_type": "g5.xlarge",
+            "image": "tf-2.17-cuda12.3",
+            "market": "spot",
+            "command": "python train.py",
+        },
         ("pool-list", "POST"): {
             "project": "vision-lab",
             "name": "matrix-2",

@@ -1,7 +1,8 @@
 """The instances app's tables, one module per topic: catalog (instance types, images), orders,
 hosts (Instance, its events and the ACTIONS table), pools, telemetry (GPU readings, agent
 credentials), leases (lease warnings sent), quotas (quotas, their history, requests for more),
-approvals (approval policies), idle (idle policies) and simulated (the simulated cloud's own table);
+approvals (approval policies), idle (idle policies), jobs (managed jobs, their runs, events
+and logs) and simulated (the simulated cloud's own table);
 fields holds the field shapes they share. Import them from here."""
 
 from instances.models.approvals import ApprovalPolicy
@@ -22,6 +23,7 @@ from instances.models.hosts import (
     InstanceQuerySet,
 )
 from instances.models.idle import IdlePolicy
+from instances.models.jobs import Job, JobEvent, JobLogChunk, JobMarket, JobRun
 from instances.models.leases import LeaseNotice
 from instances.models.orders import (
     InterruptionPolicy,
@@ -59,6 +61,11 @@ __all__ = [
     "InstanceType",
     "InstanceTypeQuerySet",
     "InterruptionPolicy",
+    "Job",
+    "JobEvent",
+    "JobLogChunk",
+    "JobMarket",
+    "JobRun",
     "LeaseNotice",
     "Market",
     "Order",

@@ -136,6 +136,9 @@ class LaunchRequest:
     environment: dict[str, str] = field(default_factory=dict)
     # A zone to stay out of: the one whose spot capacity was just taken back (a replacement).
     avoid_zone: str = ""
+    # The host runs a managed job: the simulated cloud starts an agent process for it (EC2
+    # hosts always run their agent, from cloud-init).
+    runs_job: bool = False
 
 
 @dataclass(frozen=True)

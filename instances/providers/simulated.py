@@ -40,6 +40,7 @@ from instances.providers.base import (
 )
 from instances.providers.faults import FAULT_DICE, Faults, unit_hash
 from instances.providers.gpu_profile import GpuSample, gpu_sample
+from instances.providers.simulated_agents import host_agents
 from instances.providers.simulated_market import SPOT_INTERRUPTION_REASON, SpotMarket
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,8 @@ class SimulatedProvider(SpotMarket, Provider):
         self.interruptions_per_hour = settings.PORTAL_SIMULATED_INTERRUPTIONS_PER_HOUR
         self.warning_lead = timedelta(seconds=settings.PORTAL_SPOT_WARNING_LEAD_SECONDS)
         self.faults = Faults.from_settings()
+        # Whether a job host gets an agent process (the demo's played past has none).
+        self.agents = settings.PORTAL_SIMULATED_AGENTS
 
     def _rows(self) -> list[dict]:
         return simulated_cloud_rows()
@@ -197,7 +200,15 @@ class SimulatedProvider(SpotMarket, Provider):
             # Conditional: two processes settling the same host apply the change once.
             SimulatedHost.objects.filter(pk=host.pk, state=host.state).update(**changes)
             host.refresh_from_db()
+            self._agent_stops(host)
         return host
+
+    @staticmethod
+    def _agent_stops(host: SimulatedHost) -> None:
+        """A host that stops or ends takes its agent and the job it runs with it, as a real
+        host's power does (only hosts that ran a job have one)."""
+        if host.state not in (SimulatedHost.State.PENDING, SimulatedHost.State.RUNNING):
+            host_agents().end(host.portal_instance)
 
     @staticmethod
     def _host(row: SimulatedHost) -> CloudHost:
@@ -287,6 +298,20 @@ class SimulatedProvider(SpotMarket, Provider):
         return token if not launched else f"{prefix}{launched}"
 
     def _create(self, request: LaunchRequest, *, key: str, digest: str) -> SimulatedHost:
+        row = self._insert(request, key=key, digest=digest)
+        if request.runs_job and self.agents:
+            # The host's agent: a process of its own on this machine, which asks the portal
+            # for the job once the host runs and runs its command here.
+            transaction.on_commit(
+                lambda: host_agents().ensure(
+                    request.instance_uuid,
+                    url=settings.PORTAL_AGENT_URL,
+                    token=request.agent_token,
+                )
+            )
+        return row
+
+    def _insert(self, request: LaunchRequest, *, key: str, digest: str) -> SimulatedHost:
         now = timezone.now()
         checkpoint = request.environment.get("PORTAL_CHECKPOINT_URI", "")
         if checkpoint.startswith("file://"):
@@ -369,7 +394,9 @@ class SimulatedProvider(SpotMarket, Provider):
             settles_at=settles,
             state_reason="",
         )
-        return self._settle(SimulatedHost.objects.get(pk=row.pk))
+        row = SimulatedHost.objects.get(pk=row.pk)
+        self._agent_stops(row)
+        return self._settle(row)
 
     @staticmethod
     def _refuse_if_gone(row: SimulatedHost, verb: str) -> None:
@@ -442,7 +469,9 @@ class SimulatedProvider(SpotMarket, Provider):
                 state_reason=reason,
                 settles_at=None,
             )
-        return self._host(SimulatedHost.objects.get(pk=row.pk))
+        row = SimulatedHost.objects.get(pk=row.pk)
+        self._agent_stops(row)
+        return self._host(row)
 
     def gpu_readings(self, minute: datetime) -> dict[str, GpuSample]:
         """Every running host's reading for the minute, each GPU's too, from its profile: one

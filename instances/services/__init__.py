@@ -17,6 +17,8 @@ services are the only writers), one module per topic, every public function re-e
 - pools/: lifecycle (create, change, delete, held raises), checks (sizes, the launch order),
   schedules (scheduled actions), plan (pure: what a pass launches and ends) and autoscaler
   (the beat pass that sizes every pool)
+- jobs/: managed jobs (imported from there): lifecycle (the job state machine), submit, runs
+  (what a host's agent is handed and reports), recovery (and the job pass)
 - queue: sending tasks once a transaction commits
 
 Reads live in instances/selectors/; who may do what in portal/permissions.py.

@@ -9,9 +9,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from instances.lib.checkpoints import host_environment
-from instances.models import (
-    Instance,
-)
+from instances.models import Instance, Job
 from instances.providers import get_provider
 from instances.providers.base import (
     NO_CAPACITY,
@@ -79,6 +77,7 @@ def launch_request(instance: Instance) -> LaunchRequest:
         },
         environment=host_environment(order.checkpoint_uri),
         avoid_zone=avoid_zone,
+        runs_job=Job.objects.filter(order_id=instance.order_id).exists(),
     )
 
 

@@ -257,14 +257,16 @@ def _close_refusals(original: Instance, replacement: Instance) -> None:
     )
 
 
-def replacement_start(*, instance_id, why: str, market: str | None = None) -> Instance | None:
-    """Launch a host in place of ``instance_id`` as its order's policy says; None when the
-    policy launches none or a limit refuses it (the owner is told which). At most one live
-    replacement per host: a second warning, the interruption after a warning, or two workers
-    at once find the first one and return it."""
+def replacement_start(
+    *, instance_id, why: str, market: str | None = None, policy: str | None = None
+) -> Instance | None:
+    """Launch a host in place of ``instance_id`` as its order's policy says (``policy``: a
+    job's recovery names its own); None when the policy launches none or a limit refuses it
+    (the owner is told which). At most one live replacement per host: a second warning, the
+    interruption after a warning, or two workers at once find the first one and return it."""
     original = instance_load(instance_id)
     order = original.order
-    policy = _policy(original)
+    policy = policy or _policy(original)
     if policy not in RELAUNCH:
         return None
     if market is None:

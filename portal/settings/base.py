@@ -418,6 +418,9 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "InstanceStatusEnum": "instances.models.Instance.Status",
         "MarketEnum": "instances.models.Market",
+        "JobMarketEnum": "instances.models.JobMarket",
+        "JobStatusEnum": "instances.models.Job.Status",
+        "JobRunOutcomeEnum": "instances.models.JobRun.Outcome",
         "OrderStatusEnum": "instances.models.Order.Status",
         "PoolStatusEnum": "instances.models.Pool.Status",
     },

@@ -3,6 +3,7 @@ recovery, pools and checkpoints (the instances app's knobs), and its periodic ta
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from portal.lib.env import env_bool, env_float, env_int, env_list, env_str
@@ -177,8 +178,11 @@ PORTAL_TELEMETRY_FRESH_MINUTES = env_int(
 # Where a host's agent posts its readings (the portal's address as the hosts reach it).
 PORTAL_AGENT_URL = env_str(
     "PORTAL_AGENT_URL",
-    "http://localhost:8000",
-    help="The portal's address as the hosts reach it, for the agent cloud-init installs.",
+    # make run's own server, where the simulated cloud's agents reach it.
+    f"http://127.0.0.1:{os.environ.get('PORTAL_PORT', '8000')}",
+    help="The portal's address as the hosts reach it: the agent cloud-init installs on EC2 "
+    "hosts, and the simulated hosts' agents.",
+    doc_default="http://127.0.0.1:$PORTAL_PORT (8000)",
 )
 
 # Orders.
@@ -375,6 +379,30 @@ PORTAL_CHECKPOINT_LOCAL_DIR = Path(
     )
 )
 
+# Managed jobs (instances/services/jobs/).
+PORTAL_JOB_LOG_CAP_BYTES = env_int(
+    "PORTAL_JOB_LOG_CAP_BYTES",
+    16 * 1024 * 1024,
+    help="Bytes of a job's output the portal keeps; the rest stays in the log file on its "
+    "host, and the job page says so.",
+)
+PORTAL_JOB_MAX_TIME_LIMIT_MINUTES = env_int(
+    "PORTAL_JOB_MAX_TIME_LIMIT_MINUTES",
+    PORTAL_LEASE_MAX_HOURS * 60,
+    help="The longest time limit a job may ask for, in minutes (at most the longest lease).",
+    doc_default="PORTAL_LEASE_MAX_HOURS x 60",
+)
+PORTAL_JOB_SECONDS = env_int(
+    "PORTAL_JOB_SECONDS",
+    15,
+    help="How often the job pass runs (time limits, lost hosts, kept hosts), in seconds.",
+)
+PORTAL_SIMULATED_AGENTS = env_bool(
+    "PORTAL_SIMULATED_AGENTS",
+    True,
+    help="Start a real host agent on this machine for each simulated host that runs a job, so "
+    "the job's command runs here (off: nothing runs a job until an agent speaks for its host).",
+)
 CELERY_BEAT_SCHEDULE.update(
     {
         "reconcile-instances": {
@@ -400,6 +428,7 @@ CELERY_BEAT_SCHEDULE.update(
             "task": "instances.tasks.drain_spot_events",
             "schedule": PORTAL_SPOT_EVENTS_SECONDS,
         },
+        "pass-jobs": {"task": "instances.tasks.pass_jobs", "schedule": PORTAL_JOB_SECONDS},
         "autoscale-pools": {
             "task": "instances.tasks.autoscale",
             "schedule": PORTAL_AUTOSCALE_SECONDS,

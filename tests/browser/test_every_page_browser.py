@@ -21,6 +21,13 @@ from billing.services.rollups import rollups_refresh
 from instances import services
 from instances.models import PoolSample
 from instances.services import approval_policy_set, quota_set
+from instances.services.jobs import (
+    job_assignment,
+    job_log_append,
+    job_run_exited,
+    job_run_started,
+    job_submit,
+)
 from portal.models import ApiToken
 from portal.services import token_issue
 from tests.browser.conftest import answer_confirmation, keep_screenshot
@@ -38,6 +45,9 @@ NOT_A_PAGE = {
     "pool-panel": "an htmx fragment of a pool's page, swapped in while it is open",
     "pool-chart": "the series a pool page's chart fetches (JSON)",
     "pool-preview": "an htmx fragment of the new pool form",
+    "job-panel": "an htmx fragment of a job's page, swapped in while it is open",
+    "job-log": "an htmx fragment of a job's log, appended while it is open",
+    "job-log-file": "a download",
     "audit-export-csv": "a download",
     "audit-export-jsonl": "a download",
     "costs-csv": "a download",
@@ -79,7 +89,25 @@ def world(alice, bob, ada, fin, projects, running_host, place_order):
         PoolSample(pool=pool, at=now - timedelta(minutes=10 * n), desired=1, running_on_demand=1)
         for n in range(12)
     )
-    return {"host": host, "instance_type": host.instance_type, "pool": pool}
+    # A job whose run is handed out and has written to its log.
+    job = job_submit(
+        requester=alice,
+        project=vision,
+        instance_type=host.instance_type,
+        image=host.image,
+        market="on_demand",
+        name="resnet",
+        command="python train.py",
+    )
+    job_host = services.instance_provision(instance_id=job.order.instances.get().pk)
+    handed = job_assignment(host=job_host)
+    ref = {"host": job_host, "job_id": job.pk, "number": handed.run.number}
+    job_run_started(**ref, pid=1)
+    job_log_append(**ref, offset=0, data=b"\x1b[32mepoch 1\x1b[0m - loss 0.9\n")
+    # It succeeds and its host ends: the quota bars the tests count hold the two hosts above.
+    job_run_exited(**ref, exit_code=0)
+    services.instance_cloud_action(instance_id=job_host.pk, action="terminate")
+    return {"host": host, "instance_type": host.instance_type, "pool": pool, "job": job}
 
 
 def pages_for(role: str, world) -> list[str]:
@@ -100,6 +128,9 @@ def pages_for(role: str, world) -> list[str]:
         "/pools/",
         "/pools/new/",
         f"/pools/{world['pool'].pk}/",
+        "/jobs/",
+        "/jobs/new/",
+        f"/jobs/{world['job'].pk}/",
         "/api/v1/docs/",
         # DRF's browsable pages: a list with filters, and an object with actions.
         "/api/v1/",

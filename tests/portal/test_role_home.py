@@ -83,7 +83,7 @@ def test_finance_is_not_offered_what_it_cannot_do(client, fin, spend):
     text = html.text
     assert "Order hosts" not in text and "My hosts" not in text
     assert "live hosts of yours" not in text
-    assert _nav(html) == ["Dashboard", "Catalog", "Hosts", "Pools", "Costs", "Budgets"]
+    assert _nav(html) == ["Dashboard", "Catalog", "Hosts", "Jobs", "Pools", "Costs", "Budgets"]
     hosts = _page(client, fin, "/hosts/")
     assert hosts.select_one("h1").text == "All hosts"
     assert not hosts.select('input[name="scope"][value="mine"]')
@@ -94,7 +94,7 @@ def test_a_researcher_sees_neither_overview(client, alice, spend):
     html = _page(client, alice)
     assert not html.select('[data-panel="spend"]') and not html.select('[data-panel="operations"]')
     assert "Order hosts" in html.text
-    assert _nav(html) == ["Dashboard", "Catalog", "My hosts", "Pools", "Costs", "Budgets"]
+    assert _nav(html) == ["Dashboard", "Catalog", "My hosts", "Jobs", "Pools", "Costs", "Budgets"]
 
 
 def test_admin_home_shows_approvals_quota_pressure_and_hosts_by_state(
@@ -118,6 +118,7 @@ def test_admin_home_shows_approvals_quota_pressure_and_hosts_by_state(
         "Dashboard",
         "Catalog",
         "Hosts",
+        "Jobs",
         "Pools",
         "Costs",
         "Budgets",

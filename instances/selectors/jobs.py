@@ -1,0 +1,71 @@
+"""instances/selectors/jobs.py: a job's log, read from any byte offset without loading the
+rest (its chunks are indexed by where they start)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from instances.models import Job, JobLogChunk
+
+
+@dataclasses.dataclass(frozen=True)
+class LogPiece:
+    data: bytes
+    offset: int
+    size: int
+    capped: bool
+    ended: bool
+
+    @property
+    def next_offset(self) -> int:
+        return self.offset + len(self.data)
+
+    @property
+    def text(self) -> str:
+        """The bytes as text: what is not UTF-8 shows as U+FFFD, never an error."""
+        return self.data.decode("utf-8", errors="replace")
+
+    def as_dict(self) -> dict:
+        return {
+            "text": self.text,
+            "offset": self.offset,
+            "next_offset": self.next_offset,
+            "size": self.size,
+            "capped": self.capped,
+            "ended": self.ended,
+        }
+
+
+def _whole_characters(data: bytes) -> bytes:
+    """``data`` without a UTF-8 character cut at its end (the next read starts with it)."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte < 0x80:
+            return data
+        if byte >= 0xC0:
+            width = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            return data if back >= width else data[:-back]
+    return data
+
+
+def job_log_read(job: Job, *, offset: int = 0, limit: int = 256 * 1024) -> LogPiece:
+    """Up to ``limit`` bytes of the job's log from ``offset`` (clamped to what is held), in two
+    queries however long the log: the chunk holding ``offset``, then those after it."""
+    size = job.log_bytes
+    offset = min(offset, size)
+    first = (
+        JobLogChunk.objects.filter(job=job, start__lte=offset)
+        .order_by("-start")
+        .values_list("start", flat=True)
+        .first()
+    )
+    chunks = JobLogChunk.objects.filter(
+        job=job, start__gte=first if first is not None else 0, start__lt=offset + limit
+    ).order_by("start")
+    data = b"".join(bytes(chunk.data) for chunk in chunks)
+    begin = offset - (first or 0)
+    piece = data[begin : begin + limit]
+    end = offset + len(piece)
+    if end < size:
+        piece = _whole_characters(piece)
+    return LogPiece(data=piece, offset=offset, size=size, capped=job.log_capped, ended=job.is_ended)

@@ -1,0 +1,167 @@
+"""instances/services/jobs/recovery.py: a job outlives its hosts. When a run ends by an
+interruption or a lost host, the job moves to ``recovering`` and its next run waits for the
+replacement host that the spot recovery (instances/services/spot_recovery.py) launches for its
+order: another zone first, on-demand where the job's market says so. A run's own failure the
+job retries restarts on the same host. The job pass (jobs_pass) repairs what no agent reported:
+hosts lost under a run, orders that were refused, time limits, kept hosts whose time is up."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from instances.models import Instance, InterruptionPolicy, Job, JobMarket, JobRun, Order
+from instances.services.jobs.lifecycle import ACTOR, job_host_release, job_note, job_transition
+from instances.services.spot_recovery import REFUSED, replacement_start
+
+# The order ended without hosts: the job ends the same way.
+ORDER_ENDED = {
+    Order.Status.REJECTED: Job.Status.FAILED,
+    Order.Status.EXPIRED: Job.Status.FAILED,
+    Order.Status.CANCELLED: Job.Status.CANCELLED,
+}
+LIVE_JOB = (Job.Status.PENDING, Job.Status.STARTING, Job.Status.RUNNING, Job.Status.RECOVERING)
+
+
+def job_recover(
+    *,
+    job: Job,
+    host: Instance,
+    reason: str,
+    interruption: bool = False,
+    restart: bool = False,
+    counts: bool = False,
+) -> Job:
+    """Move the job to ``recovering`` for its next run. An interruption or a lost host counts
+    as a recovery (up to max_recoveries) and needs a replacement host; a restart (``counts``:
+    one of max_restarts) runs again on the same host."""
+    if restart:
+        job, _ = job_transition(
+            job=job,
+            to=Job.Status.RECOVERING,
+            reason=reason,
+            actor=ACTOR,
+            host=host,
+            restarts=job.restarts + (1 if counts else 0),
+        )
+        return job
+    if job.max_recoveries is not None and job.recoveries >= job.max_recoveries:
+        job, _ = job_transition(
+            job=job,
+            to=Job.Status.FAILED,
+            reason=f"{reason}; its {job.max_recoveries} recoveries are used up",
+            actor=ACTOR,
+            host=host,
+        )
+        return job
+    job, _ = job_transition(
+        job=job,
+        to=Job.Status.RECOVERING,
+        reason=reason,
+        actor=ACTOR,
+        host=host,
+        recoveries=job.recoveries + 1,
+    )
+    replacement = replacement_start(
+        instance_id=host.pk,
+        why="interruption warning" if interruption else "job recovery",
+        # An on-demand job's order has no interruption policy; its job's is "on-demand again".
+        policy=InterruptionPolicy.FALLBACK_ON_DEMAND if job.market == JobMarket.ON_DEMAND else None,
+    )
+    if replacement is None:
+        job, _ = job_transition(
+            job=job,
+            to=Job.Status.FAILED,
+            reason=f"no replacement host for the recovery: {_refusal(host)}",
+            actor=ACTOR,
+            host=host,
+        )
+    else:
+        job_note(job=job, note=f"recovers on host {replacement.name}", host=replacement)
+    return job
+
+
+def _refusal(host: Instance) -> str:
+    """Why the spot recovery launched no replacement (its latest note on the host)."""
+    note = host.events.filter(reason__startswith=REFUSED).order_by("-at", "-id").first()
+    return note.reason.removeprefix(REFUSED) if note else "the order's policy launches none."
+
+
+def jobs_pass(*, now=None) -> dict[str, int]:
+    """Repair what no agent said: returns how many jobs each rule moved."""
+    now = now or timezone.now()
+    moved = {"order_ended": 0, "host_lost": 0, "no_host": 0, "time_limit": 0, "released": 0}
+    for job in Job.objects.filter(status__in=LIVE_JOB).select_related("order", "host"):
+        with transaction.atomic():
+            job = (
+                Job.objects.select_for_update(of=("self",))
+                .select_related("order", "host")
+                .get(pk=job.pk)
+            )
+            if job.is_ended:
+                continue
+            rule = _repair(job, now)
+            if rule:
+                moved[rule] += 1
+    for job in Job.objects.filter(status=Job.Status.FAILED, keep_host_until__lte=now):
+        job_host_release(job)
+        moved["released"] += 1
+    return moved
+
+
+def _repair(job: Job, now) -> str | None:
+    order = job.order
+    if job.status == Job.Status.PENDING and order.status in ORDER_ENDED:
+        job_transition(
+            job=job,
+            to=ORDER_ENDED[order.status],
+            reason=f"its order was {order.get_status_display().lower()}"
+            + (f": {order.decision_reason}" if order.decision_reason else ""),
+            actor=ACTOR,
+        )
+        return "order_ended"
+    if job.started_at and now >= job.started_at + timedelta(minutes=job.time_limit_minutes):
+        job_transition(
+            job=job,
+            to=Job.Status.FAILED,
+            reason=f"its time limit of {job.time_limit_minutes} minutes was reached",
+            actor=ACTOR,
+        )
+        return "time_limit"
+    if job.status in (Job.Status.STARTING, Job.Status.RUNNING):
+        host = job.host
+        # Its run was handed to a running host: one that is no longer running (taken back,
+        # stopped, ended) took the run with it.
+        if host is not None and host.status != Instance.Status.RUNNING:
+            run = job.runs.filter(host=host, ended_at__isnull=True).first()
+            if run is not None:
+                JobRun.objects.filter(pk=run.pk).update(ended_at=now, outcome=JobRun.Outcome.LOST)
+            job_recover(
+                job=job,
+                host=host,
+                reason=f"host {host.name} was lost under run {run.number if run else '?'} "
+                f"({host.get_status_display().lower()}: {host.status_reason or 'no reason given'})",
+            )
+            return "host_lost"
+        return None
+    if order.status != Order.Status.PLACED:
+        return None
+    hosts = list(order.instances.all())
+    if hosts and not any(h.is_live for h in hosts):
+        # Every host of the order ended before the job could run on one.
+        last = max(hosts, key=lambda h: (h.created_at, str(h.pk)))
+        if job.status == Job.Status.RECOVERING and last.replaced_by is None:
+            job = job_recover(job=job, host=last, reason=f"host {last.name} ended")
+            if job.status == Job.Status.RECOVERING:
+                return "host_lost"
+        job_transition(
+            job=job,
+            to=Job.Status.FAILED,
+            reason=f"no host could run it: {last.status_reason or last.get_status_display()}",
+            actor=ACTOR,
+            host=last,
+        )
+        return "no_host"
+    return None

@@ -1,0 +1,198 @@
+"""instances/views/jobs.py: pages of managed jobs. The jobs list, a new job, a job's page (its
+state and why, its hosts and what they cost, its runs and recoveries, its live log) and what
+may be asked of a job there (cancel, re-run)."""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from instances.forms import JobForm
+from instances.models import Image, InstanceType, Job, JobLogChunk
+from instances.selectors.costs import costs_so_far
+from instances.selectors.jobs import job_log_read
+from instances.services.jobs import job_cancel, job_rerun, job_submit
+from portal import permissions
+from portal.lib.pages import forbidden, form_errors, mark_invalid, service_errors
+from portal.models import Project
+
+# What the page shows of a log at first: its tail; the rest is a download away.
+LOG_TAIL_BYTES = 64 * 1024
+# Terminal escapes (colours, cursor moves) are dropped from the page, never interpreted.
+ANSI = re.compile(r"\x1b(\[[0-9;?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?|[@-Z\\-_])")
+LIVE = (Job.Status.PENDING, Job.Status.STARTING, Job.Status.RUNNING, Job.Status.RECOVERING)
+
+
+def shown(text: str) -> str:
+    """A log's text as the page shows it: escapes dropped, other control bytes but newlines
+    and tabs as U+FFFD (the template escapes the HTML)."""
+    text = ANSI.sub("", text)
+    return "".join(
+        "\ufffd" if ord(c) < 32 and c not in "\n\t\r" else c for c in text.replace("\r\n", "\n")
+    )
+
+
+def _jobs(request: HttpRequest):
+    return (
+        Job.objects.for_user(request.user)
+        .select_related("project", "owner", "order__instance_type", "host")
+        .prefetch_related("order__instances__events", "order__instances__instance_type")
+    )
+
+
+def jobs_page(request: HttpRequest) -> HttpResponse:
+    jobs = list(_jobs(request).order_by("-created_at")[:200])
+    hosts = [host for job in jobs for host in job.order.instances.all()]
+    costs = costs_so_far(hosts, now=timezone.now()) if hosts else {}
+    rows = [
+        {"job": job, "cost": sum((costs[h.pk] for h in job.order.instances.all()), start=0)}
+        for job in jobs
+    ]
+    return render(
+        request,
+        "instances/jobs.html",
+        {"rows": rows, "can_submit": permissions.can_order(request.user)},
+    )
+
+
+def job_new(request: HttpRequest) -> HttpResponse:
+    if not permissions.can_order(request.user):
+        return forbidden(request, "Finance can read jobs and their costs but cannot run jobs.")
+    initial = {}
+    if (copy := request.GET.get("from")) and (
+        source := Job.objects.for_user(request.user).filter(pk=_uuid(copy)).first()
+    ):
+        initial = {
+            "project": source.project.slug,
+            "name": source.name,
+            "instance_type": source.order.instance_type.name,
+            "image": source.order.image.name,
+            "market": source.market,
+            "command": source.command,
+            "env": "\n".join(f"{k}={v}" for k, v in source.env.items()),
+            "time_limit_minutes": source.time_limit_minutes,
+            "max_recoveries": source.max_recoveries,
+            "max_restarts": source.max_restarts,
+            "retry_exit_codes": ", ".join(str(c) for c in source.retry_exit_codes),
+            "keep_host_minutes": source.keep_host_minutes,
+        }
+    form = JobForm(request.POST or None, user=request.user, initial=initial)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        with form_errors(form):
+            job = job_submit(
+                requester=request.user,
+                project=Project.objects.get(slug=data["project"]),
+                instance_type=InstanceType.objects.get(name=data["instance_type"]),
+                image=Image.objects.get(name=data["image"]),
+                market=data["market"],
+                name=data["name"],
+                command=data["command"],
+                env=data["env"],
+                time_limit_minutes=data["time_limit_minutes"],
+                max_recoveries=data["max_recoveries"],
+                max_restarts=data["max_restarts"],
+                retry_exit_codes=data["retry_exit_codes"],
+                keep_host_minutes=data["keep_host_minutes"],
+                idempotency_key=f"job-page-{data['submission']}",
+            )
+            messages.success(request, f"Job {job.name} submitted: {job.status_reason}.")
+            return redirect("job", pk=job.pk)
+    status = 400 if request.method == "POST" else 200
+    return render(request, "instances/job_new.html", {"form": mark_invalid(form)}, status=status)
+
+
+def _uuid(text: str):
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        return None
+
+
+def _job_context(request: HttpRequest, job: Job) -> dict:
+    hosts = sorted(job.order.instances.all(), key=lambda h: (h.created_at, str(h.pk)))
+    costs = costs_so_far(hosts, now=timezone.now()) if hosts else {}
+    piece = job_log_read(job, offset=max(0, job.log_bytes - LOG_TAIL_BYTES), limit=LOG_TAIL_BYTES)
+    runs = list(job.runs.select_related("host"))
+    return {
+        "job": job,
+        "hosts": [{"host": host, "cost": costs[host.pk]} for host in hosts],
+        "cost": sum(costs.values(), start=0),
+        "runs": runs,
+        "recoveries": [run for run in runs if run.outcome in ("interrupted", "lost")],
+        "events": list(reversed(job.events.all())),
+        "log": piece,
+        "log_text": shown(piece.text),
+        "can_act": permissions.can_act_on_job(request.user, job),
+        "live": job.status in LIVE,
+    }
+
+
+def _visible_job(request: HttpRequest, pk) -> Job:
+    return get_object_or_404(_jobs(request), pk=pk)
+
+
+def job_page(request: HttpRequest, pk) -> HttpResponse:
+    job = _visible_job(request, pk)
+    return render(request, "instances/job.html", _job_context(request, job))
+
+
+def job_panel_partial(request: HttpRequest, pk) -> HttpResponse:
+    """The job's head and facts, or with ``part=history`` its runs, hosts and timeline: each
+    polled while the job lives (the log between them is polled on its own)."""
+    job = _visible_job(request, pk)
+    part = "_job_history" if request.GET.get("part") == "history" else "_job_panel"
+    return render(request, f"instances/{part}.html", _job_context(request, job))
+
+
+def job_log_partial(request: HttpRequest, pk) -> HttpResponse:
+    """The log from ``offset`` on, and the element that asks for what comes next."""
+    job = _visible_job(request, pk)
+    try:
+        offset = max(0, int(request.GET.get("offset", "0")))
+    except ValueError:
+        offset = 0
+    piece = job_log_read(job, offset=offset, limit=LOG_TAIL_BYTES)
+    return render(
+        request,
+        "instances/_job_log_more.html",
+        {"job": job, "log": piece, "log_text": shown(piece.text), "live": job.status in LIVE},
+    )
+
+
+def job_log_file(request: HttpRequest, pk) -> HttpResponse:
+    """The whole log the portal holds, as it arrived (bytes, escapes and all)."""
+    job = _visible_job(request, pk)
+    chunks = JobLogChunk.objects.filter(job=job).order_by("start").values_list("data", flat=True)
+    response = StreamingHttpResponse(
+        (bytes(data) for data in chunks.iterator(chunk_size=64)),
+        content_type="text/plain; charset=utf-8",
+    )
+    response["Content-Disposition"] = f'attachment; filename="job-{job.name}-{job.pk}.log"'
+    return response
+
+
+@require_POST
+@service_errors(back=lambda request, pk: f"/jobs/{pk}/")
+def job_cancel_page(request: HttpRequest, pk) -> HttpResponse:
+    job = _visible_job(request, pk)
+    job_cancel(job=job, user=request.user)
+    if request.headers.get("HX-Target", "") == "job-panel":
+        return job_panel_partial(request, pk)
+    messages.success(request, f"Job {job.name} cancelled; its host is ending.")
+    return redirect("job", pk=pk)
+
+
+@require_POST
+@service_errors(back=lambda request, pk: f"/jobs/{pk}/")
+def job_rerun_page(request: HttpRequest, pk) -> HttpResponse:
+    job = _visible_job(request, pk)
+    new = job_rerun(job=job, user=request.user)
+    messages.success(request, f"Job {new.name} submitted again with the same settings.")
+    return redirect("job", pk=new.pk)

@@ -1,0 +1,122 @@
+"""The jobs pages: the list, a new job (and its refusals beside the fields), a job's page with
+its reason, runs, hosts, cost and log (escapes dropped, HTML escaped, the tail first, the rest
+polled from an offset), and cancel and re-run from there."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from django.test import Client
+
+from instances.models import Job
+from tests.instances.test_jobs import Agent, boot
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _checkpoints(settings, tmp_path):
+    settings.PORTAL_CHECKPOINT_LOCAL_DIR = tmp_path / "checkpoints"
+    settings.PORTAL_CHECKPOINT_S3_PREFIX = ""
+
+
+def signed_in(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+FORM = {
+    "project": "vision-lab",
+    "name": "bert",
+    "instance_type": "g5.xlarge",
+    "image": "tf-2.17-cuda12.3",
+    "market": "spot_then_on_demand",
+    "command": "python train.py",
+    "env": "SEED=7\nLR=0.001",
+    "time_limit_minutes": "90",
+    "max_recoveries": "",
+    "max_restarts": "1",
+    "retry_exit_codes": "75",
+    "keep_host_minutes": "0",
+    "submission": "6d2c9c39-43b8-4e55-8c43-8b8c1e0a3b7a",
+}
+
+
+def test_a_job_submitted_from_the_page_lands_on_its_page(alice, catalog):
+    client = signed_in(alice)
+    assert client.get("/jobs/new/").status_code == 200
+    answer = client.post("/jobs/new/", FORM)
+    job = Job.objects.get()
+    assert answer.status_code == 302 and answer["Location"] == f"/jobs/{job.pk}/"
+    assert job.env == {"SEED": "7", "LR": "0.001"} and job.retry_exit_codes == [75]
+    assert job.max_recoveries is None and job.order.interruption_policy == "fallback_on_demand"
+    # The same form sent twice (a double click) is one job.
+    client.post("/jobs/new/", FORM)
+    assert Job.objects.count() == 1
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert "Waiting for its host to launch" in page
+    assert "No run yet" in page
+    listing = client.get("/jobs/").content.decode()
+    assert 'data-job="bert"' in listing and "Pending" in listing
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "said"),
+    [
+        ({"command": " "}, "command", "The command is empty"),
+        ({"env": "NOEQUALS"}, "env", "NAME=value"),
+        ({"time_limit_minutes": "0"}, "time_limit_minutes", "between 1 and"),
+        ({"retry_exit_codes": "a, b"}, "retry_exit_codes", "as numbers"),
+        ({"image": "tf-2.9-cuda11.2"}, "image", ""),
+    ],
+)
+def test_a_refused_job_says_why_beside_the_field(alice, catalog, changes, field, said):
+    answer = signed_in(alice).post("/jobs/new/", {**FORM, **changes})
+    assert answer.status_code == 400
+    page = answer.content.decode()
+    assert f'id="id_{field}-error"' in page and said in page
+    assert not Job.objects.exists()
+
+
+def test_finance_cannot_open_the_new_job_page(fin):
+    assert signed_in(fin).get("/jobs/new/").status_code == 403
+
+
+def test_the_log_drops_escapes_escapes_html_and_is_polled_from_its_offset(alice, catalog):
+    client = signed_in(alice)
+    client.post("/jobs/new/", FORM)
+    job = Job.objects.get()
+    agent = Agent(boot(job))
+    assignment = agent.ask().json()
+    ref = {"job": assignment["job"], "run": 1}
+    agent.post("started", **ref, pid=3)
+    out = b"\x1b[32mepoch 1\x1b[0m <script>alert(1)</script>\n"
+    agent.post("log", **ref, offset=0, data=base64.b64encode(out).decode())
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert "epoch 1 &lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "\x1b" not in page
+    job.refresh_from_db()
+    more = f"/jobs/{job.pk}/log/?offset={job.log_bytes}"
+    assert more in page
+    agent.post("log", **ref, offset=len(out), data=base64.b64encode(b"epoch 2\n").decode())
+    tail = client.get(more).content.decode()
+    assert tail.startswith("epoch 2\n") and "offset=" in tail
+    download = client.get(f"/jobs/{job.pk}/log.txt")
+    assert b"".join(download.streaming_content).endswith(out + b"epoch 2\n")
+
+
+def test_cancel_and_rerun_from_the_page(alice, bob, catalog):
+    client = signed_in(alice)
+    client.post("/jobs/new/", FORM)
+    job = Job.objects.get()
+    assert signed_in(bob).post(f"/jobs/{job.pk}/cancel/").status_code == 403
+    client.post(f"/jobs/{job.pk}/cancel/")
+    job.refresh_from_db()
+    assert job.status == "cancelled"
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert "Re-run" in page and "Cancelled by alice" in page
+    answer = client.post(f"/jobs/{job.pk}/rerun/")
+    new = Job.objects.exclude(pk=job.pk).get()
+    assert answer["Location"] == f"/jobs/{new.pk}/" and new.rerun_of == job

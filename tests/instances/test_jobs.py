@@ -1,0 +1,405 @@
+"""Managed jobs, portal side: submit (with every bad input refused), the agent's hand-out,
+start, output and exit as a host's agent sends them, recoveries after an interruption or a
+lost host, restarts, cancel, re-run, who may do what, and the job pass."""
+
+from __future__ import annotations
+
+import base64
+from datetime import timedelta
+
+import pytest
+from rest_framework.test import APIClient
+
+from audit.models import AuditEvent
+from instances import services
+from instances.models import Instance, Job, JobRun, Order
+from instances.providers.simulated import SimulatedProvider
+from instances.services.jobs import jobs_pass
+from instances.services.telemetry import agent_secret
+from portal.models import Notice
+
+J = Job.Status
+H = Instance.Status
+
+
+@pytest.fixture(autouse=True)
+def _checkpoints(settings, tmp_path):
+    settings.PORTAL_CHECKPOINT_LOCAL_DIR = tmp_path / "checkpoints"
+    settings.PORTAL_CHECKPOINT_S3_PREFIX = ""
+    settings.PORTAL_SPOT_EVENTS_QUEUE_URL = ""
+    settings.PORTAL_SPOT_WARNING_LEAD_SECONDS = 120
+
+
+@pytest.fixture
+def job_body():
+    def body(**overrides):
+        data = {
+            "project": "vision-lab",
+            "name": "resnet",
+            "instance_type": "g5.xlarge",
+            "image": "tf-2.17-cuda12.3",
+            "market": "spot",
+            "command": "python train.py --epochs 10",
+            "env": {"BATCH": "64"},
+            "time_limit_minutes": 120,
+        }
+        data.update(overrides)
+        return {key: value for key, value in data.items() if value is not None}
+
+    return body
+
+
+@pytest.fixture
+def submit(api_as, alice, catalog, job_body):
+    def post(user=None, **overrides):
+        answer = api_as(user or alice).post("/api/v1/jobs/", job_body(**overrides), format="json")
+        assert answer.status_code == 201, answer.json()
+        return Job.objects.get(pk=answer.json()["id"])
+
+    return post
+
+
+def boot(job: Job) -> Instance:
+    """Launch the job's newest requested host on the simulated cloud: it runs."""
+    host = job.order.instances.filter(status=H.REQUESTED).order_by("-created_at").first()
+    return services.instance_provision(instance_id=host.pk)
+
+
+class Agent:
+    """A host's agent, speaking the protocol instances/agent/portal_agent.py speaks."""
+
+    def __init__(self, host: Instance):
+        self.host = host
+        self.api = APIClient()
+        secret = agent_secret(host)
+        self.api.credentials(HTTP_AUTHORIZATION=f"Agent {secret}")
+        self.base = f"/api/v1/instances/{host.pk}/job/"
+        self.offset = 0
+
+    def ask(self):
+        return self.api.get(self.base)
+
+    def post(self, step, **body):
+        return self.api.post(f"{self.base}{step}/", body, format="json")
+
+    def run(self, assignment, output: bytes = b"", exit_code=0, **exit_fields):
+        ref = {"job": assignment["job"], "run": assignment["run"]}
+        assert self.post("started", **ref, pid=4242).status_code == 200
+        if output:
+            sent = self.post("log", **ref, offset=0, data=base64.b64encode(output).decode()).json()
+            assert sent["offset"] == len(output)
+        return self.post("exit", **ref, exit_code=exit_code, **exit_fields)
+
+
+def test_a_job_submitted_waits_for_its_host_then_runs_logs_and_succeeds(submit, alice, clock):
+    job = submit()
+    assert job.status == J.PENDING
+    assert job.order.count == 1 and job.order.market == "spot"
+    assert job.order.interruption_policy == "relaunch_spot"
+    assert "waiting for its host" in job.status_reason
+    host = boot(job)
+    agent = Agent(host)
+    assignment = agent.ask().json()
+    assert assignment["command"] == "python train.py --epochs 10"
+    env = assignment["env"]
+    assert env["BATCH"] == "64" and env["JOB_ID"] == str(job.pk) and env["JOB_RECOVERY"] == "0"
+    job.refresh_from_db()
+    base = job.order.checkpoint_uri.removeprefix("file://")
+    # Side by side: BackupAndRestore deletes its own folder when training ends.
+    assert env["CHECKPOINT_DIR"] == f"{base}checkpoints/"
+    assert env["TENSORBOARD_LOG_DIR"] == f"{base}tensorboard/"
+    job.refresh_from_db()
+    assert job.status == J.STARTING and job.host == host
+    # Asking again (an agent that restarted) gets the same run, not a second one.
+    assert agent.ask().json()["run"] == assignment["run"] == 1
+    answer = agent.run(assignment, output=b"epoch 1\nepoch 2\n")
+    assert answer.json()["status"] == "succeeded"
+    job.refresh_from_db()
+    assert job.status == J.SUCCEEDED and job.exit_code == 0 and job.ended_at is not None
+    logs = APIClient()
+    logs.force_authenticate(alice)
+    body = logs.get(f"/api/v1/jobs/{job.pk}/logs/").json()
+    assert body["text"].startswith("=== run 1 on host ")
+    assert body["text"].endswith("epoch 1\nepoch 2\n")
+    assert body["ended"] is True and body["next_offset"] == body["size"]
+    # The job's host ends with it, and its owner hears.
+    host.refresh_from_db()
+    assert host.status == H.TERMINATING
+    assert Notice.objects.filter(user=alice, subject="Job resnet succeeded").exists()
+
+
+def test_a_spot_interruption_recovers_the_job_on_a_replacement_with_the_same_checkpoints(
+    submit, alice
+):
+    job = submit()
+    first = boot(job)
+    agent = Agent(first)
+    assignment = agent.ask().json()
+    ref = {"job": assignment["job"], "run": 1}
+    agent.post("started", **ref, pid=100)
+    SimulatedProvider().warn(first.cloud_id)
+    services.spot_events_drain()
+    # The agent hears "stop" in its next answer, stops the command, reports.
+    chunk = agent.post("log", **ref, offset=0, data=base64.b64encode(b"epoch 3 saved\n").decode())
+    assert chunk.json()["stop"] is True
+    agent.post("exit", **ref, exit_code=None, signal="SIGTERM", stopped=True)
+    job.refresh_from_db()
+    assert job.status == J.RECOVERING and job.recoveries == 1
+    assert "taking back spot host" in job.status_reason
+    replacement = first.replacements.get()
+    assert replacement.market == "spot"
+    # The warned host is not handed the job again; the replacement is.
+    assert agent.ask().status_code == 204
+    second = services.instance_provision(instance_id=replacement.pk)
+    again = Agent(second).ask().json()
+    assert again["run"] == 2 and again["env"]["JOB_RECOVERY"] == "1"
+    assert again["env"]["CHECKPOINT_DIR"] == assignment["env"]["CHECKPOINT_DIR"]
+    Agent(second).run(again, output=b"resumed at epoch 4\n")
+    job.refresh_from_db()
+    assert job.status == J.SUCCEEDED and job.recoveries == 1
+    assert [run.outcome for run in job.runs.all()] == ["interrupted", "succeeded"]
+    assert Notice.objects.filter(user=alice, subject="Job resnet is recovering").count() == 1
+    assert Notice.objects.get(subject="Job resnet is recovering").closed_at is not None
+
+
+def test_a_run_that_fails_fails_the_job_unless_it_may_restart(submit):
+    job = submit(max_restarts=1, retry_exit_codes=[75])
+    agent = Agent(boot(job))
+    agent.run(agent.ask().json(), exit_code=3)
+    job.refresh_from_db()
+    assert job.status == J.RECOVERING and job.restarts == 1
+    # It restarts on the same host; a retried exit code does not use a restart.
+    agent.run(agent.ask().json(), exit_code=75)
+    job.refresh_from_db()
+    assert job.status == J.RECOVERING and job.restarts == 1
+    agent.run(agent.ask().json(), exit_code=3)
+    job.refresh_from_db()
+    assert job.status == J.FAILED and job.exit_code == 3
+    assert "failed with exit code 3" in job.status_reason
+    assert job.runs.count() == 3 and job.recoveries == 0
+
+
+def test_a_failed_job_keeps_its_host_when_asked_then_lets_it_go(submit, clock):
+    job = submit(keep_host_minutes=30)
+    host = boot(job)
+    agent = Agent(host)
+    agent.run(agent.ask().json(), exit_code=1)
+    job.refresh_from_db()
+    host.refresh_from_db()
+    assert job.status == J.FAILED and host.status == H.RUNNING
+    assert job.keep_host_until == clock.now + timedelta(minutes=30)
+    clock.shift(timedelta(minutes=31))
+    assert jobs_pass()["released"] == 1
+    host.refresh_from_db()
+    assert host.status == H.TERMINATING
+
+
+def test_a_lost_host_is_a_recovery_the_job_pass_starts(submit):
+    job = submit(market="on_demand")
+    host = boot(job)
+    agent = Agent(host)
+    assignment = agent.ask().json()
+    agent.post("started", job=assignment["job"], run=1, pid=7)
+    SimulatedProvider().kill(host.cloud_id)
+    services.instance_sync(instance_id=host.pk)
+    host.refresh_from_db()
+    assert not host.is_live
+    assert jobs_pass()["host_lost"] == 1
+    job.refresh_from_db()
+    assert job.status == J.RECOVERING and job.recoveries == 1
+    assert job.runs.get().outcome == JobRun.Outcome.LOST
+    replacement = host.replacements.get()
+    assert replacement.market == "on_demand"
+    # A second pass changes nothing: one recovery, one replacement.
+    assert not any(jobs_pass().values())
+    assert host.replacements.count() == 1
+
+
+def test_recoveries_stop_at_the_jobs_limit(submit):
+    job = submit(max_recoveries=0)
+    host = boot(job)
+    agent = Agent(host)
+    assignment = agent.ask().json()
+    agent.post("started", job=assignment["job"], run=1, pid=7)
+    SimulatedProvider().warn(host.cloud_id)
+    services.spot_events_drain()
+    agent.post("exit", job=assignment["job"], run=1, exit_code=None, stopped=True)
+    job.refresh_from_db()
+    assert job.status == J.FAILED and "0 recoveries are used up" in job.status_reason
+
+
+def test_cancel_ends_the_host_and_tells_the_agent_to_stop(submit, api_as, alice, bob, carol, fin):
+    job = submit()
+    host = boot(job)
+    agent = Agent(host)
+    assignment = agent.ask().json()
+    agent.post("started", job=assignment["job"], run=1, pid=7)
+    assert api_as(fin).post(f"/api/v1/jobs/{job.pk}/cancel/").status_code == 403
+    # bob shares the project: he sees the job but may not cancel it; carol does not see it.
+    assert api_as(bob).post(f"/api/v1/jobs/{job.pk}/cancel/").status_code == 403
+    assert api_as(carol).post(f"/api/v1/jobs/{job.pk}/cancel/").status_code == 404
+    answer = api_as(alice).post(f"/api/v1/jobs/{job.pk}/cancel/")
+    assert answer.status_code == 200 and answer.json()["status"] == "cancelled"
+    host.refresh_from_db()
+    assert host.status == H.TERMINATING
+    chunk = agent.post("log", job=assignment["job"], run=1, offset=0, data="")
+    assert chunk.json()["stop"] is True
+    agent.post("exit", job=assignment["job"], run=1, exit_code=None, stopped=True)
+    job.refresh_from_db()
+    assert job.status == J.CANCELLED and job.runs.get().outcome == "stopped"
+    again = api_as(alice).post(f"/api/v1/jobs/{job.pk}/cancel/")
+    assert again.status_code == 409 and again.json()["code"] == "invalid_state"
+
+
+def test_rerun_copies_the_settings_of_an_ended_job(submit, api_as, alice):
+    job = submit(max_restarts=2, env={"SEED": "7"})
+    assert api_as(alice).post(f"/api/v1/jobs/{job.pk}/rerun/").status_code == 409
+    api_as(alice).post(f"/api/v1/jobs/{job.pk}/cancel/")
+    answer = api_as(alice).post(f"/api/v1/jobs/{job.pk}/rerun/")
+    assert answer.status_code == 201
+    new = Job.objects.get(pk=answer.json()["id"])
+    assert new.rerun_of == job and new.env == {"SEED": "7"} and new.max_restarts == 2
+    assert new.order != job.order and new.status == J.PENDING
+
+
+def test_a_job_held_for_approval_says_so_and_fails_when_rejected(submit, projects, ada, api_as):
+    from instances.models import ApprovalPolicy
+
+    ApprovalPolicy.objects.create(project=projects["vision-lab"], instance_types=["g5.xlarge"])
+    job = submit()
+    assert job.order.status == Order.Status.PENDING_APPROVAL
+    assert job.status_reason.startswith("waiting for approval: g5.xlarge needs approval")
+    api_as(ada).post(f"/api/v1/orders/{job.order.pk}/reject/", {"reason": "use A10s"})
+    assert jobs_pass()["order_ended"] == 1
+    job.refresh_from_db()
+    assert job.status == J.FAILED and "rejected: use A10s" in job.status_reason
+
+
+def test_the_time_limit_fails_a_running_job(submit, clock):
+    job = submit(time_limit_minutes=30)
+    agent = Agent(boot(job))
+    assignment = agent.ask().json()
+    agent.post("started", job=assignment["job"], run=1, pid=7)
+    clock.shift(timedelta(minutes=29))
+    assert not jobs_pass()["time_limit"]
+    clock.shift(timedelta(minutes=2))
+    assert jobs_pass()["time_limit"] == 1
+    job.refresh_from_db()
+    assert job.status == J.FAILED and "time limit of 30 minutes" in job.status_reason
+
+
+def test_the_agent_may_only_speak_for_its_own_host_and_run(submit):
+    job = submit()
+    host = boot(job)
+    other = boot(submit(name="other"))
+    assignment = Agent(host).ask().json()
+    stranger = Agent(other)
+    stranger.base = f"/api/v1/instances/{host.pk}/job/"
+    assert stranger.ask().status_code == 403
+    wrong_run = Agent(host).post("started", job=assignment["job"], run=9, pid=1)
+    assert wrong_run.status_code == 409 and wrong_run.json()["code"] == "not_this_run"
+    assert APIClient().get(f"/api/v1/instances/{host.pk}/job/").status_code == 401
+
+
+def test_output_is_kept_exactly_resent_stretches_once_and_capped(submit, settings, alice, api_as):
+    settings.PORTAL_JOB_LOG_CAP_BYTES = 200
+    job = submit()
+    agent = Agent(boot(job))
+    assignment = agent.ask().json()
+    ref = {"job": assignment["job"], "run": 1}
+    agent.post("started", **ref, pid=1)
+    raw = b"\x1b[31mred\x1b[0m \xff\xfe not utf-8\n"
+
+    def send(offset, data):
+        return agent.post("log", **ref, offset=offset, data=base64.b64encode(data).decode()).json()
+
+    assert send(0, raw)["offset"] == len(raw)
+    # A resent stretch that overlaps what the portal has: only its new part is kept.
+    assert send(10, raw[10:] + b"more\n")["offset"] == len(raw) + 5
+    # A stretch from beyond what it has: the agent hears where to resend from.
+    assert send(len(raw) + 100, b"gap")["offset"] == len(raw) + 5
+    capped = send(len(raw) + 5, b"x" * 300)
+    assert capped["capped"] is True
+    job.refresh_from_db()
+    assert job.log_bytes == 200 and job.log_capped
+    text = api_as(alice).get(f"/api/v1/jobs/{job.pk}/logs/").json()["text"]
+    assert "\x1b[31mred" in text and "\ufffd" in text and "more\n" in text
+    tail = api_as(alice).get(f"/api/v1/jobs/{job.pk}/logs/?offset=190").json()
+    assert tail["offset"] == 190 and tail["next_offset"] == 200
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"command": ""}, "command"),
+        ({"command": "   "}, "command"),
+        ({"command": "x" * (100 * 1024)}, "command"),
+        ({"command": "echo \x00"}, "command"),
+        ({"image": "no-such-image"}, "image"),
+        ({"time_limit_minutes": 0}, "time_limit_minutes"),
+        ({"time_limit_minutes": 10 * 365 * 24 * 60}, "time_limit_minutes"),
+        ({"retry_exit_codes": list(range(1, 256)) * 40}, "retry_exit_codes"),
+        ({"retry_exit_codes": [0]}, "retry_exit_codes.0"),
+        ({"env": {"JOB_ID": "mine"}}, "env"),
+        ({"env": {"bad name": "x"}}, "env"),
+        ({"env": {"A": "\x00"}}, "env"),
+        ({"market": "cheap"}, "market"),
+        ({"stop_signal": "SIGKILL"}, "stop_signal"),
+        ({"name": ""}, "name"),
+        ({"instance_type": "p9.huge"}, "instance_type"),
+        ({"project": "nlp-lab"}, "project"),
+        ({"colour": "blue"}, "colour"),
+    ],
+)
+def test_bad_input_is_a_400_naming_the_field_and_creates_nothing(
+    api_as, alice, catalog, job_body, overrides, field
+):
+    answer = api_as(alice).post("/api/v1/jobs/", job_body(**overrides), format="json")
+    assert answer.status_code == 400, answer.content[:300]
+    body = answer.json()
+    assert any(name.split(".")[0] == field.split(".")[0] for name in body["fields"]), body
+    assert body["detail"]
+    assert not Job.objects.exists() and not Order.objects.exists()
+
+
+def test_a_command_over_the_body_limit_is_refused_before_anything_is_read(
+    api_as, alice, catalog, job_body
+):
+    answer = api_as(alice).post(
+        "/api/v1/jobs/", job_body(command="x" * (1024 * 1024)), format="json"
+    )
+    assert answer.status_code == 413 and answer.json()["code"] == "body_too_large"
+    assert not Job.objects.exists()
+
+
+def test_finance_reads_jobs_but_cannot_submit_and_strangers_get_404(
+    submit, api_as, fin, carol, job_body
+):
+    job = submit()
+    assert api_as(fin).get(f"/api/v1/jobs/{job.pk}/").status_code == 200
+    assert api_as(fin).post("/api/v1/jobs/", job_body(), format="json").status_code in (400, 403)
+    assert api_as(carol).get(f"/api/v1/jobs/{job.pk}/").status_code == 404
+    assert api_as(carol).get(f"/api/v1/jobs/{job.pk}/logs/").status_code == 404
+    assert str(job.pk) not in str(api_as(carol).get("/api/v1/jobs/").json())
+
+
+def test_every_job_call_is_audited(submit, api_as, alice):
+    job = submit()
+    api_as(alice).get(f"/api/v1/jobs/{job.pk}/")
+    host = boot(job)
+    Agent(host).ask()
+    refs = set(AuditEvent.objects.values_list("object_ref", flat=True))
+    assert f"job:{job.pk}" in refs and f"instance:{host.pk}" in refs
+
+
+def test_the_job_detail_sums_its_hosts_costs(submit, api_as, alice, clock):
+    job = submit()
+    agent = Agent(boot(job))
+    assignment = agent.ask().json()
+    agent.post("started", job=assignment["job"], run=1, pid=1)
+    clock.shift(timedelta(hours=2))
+    body = api_as(alice).get(f"/api/v1/jobs/{job.pk}/").json()
+    assert len(body["hosts"]) == 1
+    assert body["cost"] == body["hosts"][0]["cost_so_far"]
+    assert float(body["cost"]) > 0
+    assert body["runs"][0]["number"] == 1 and body["status"] == "running"

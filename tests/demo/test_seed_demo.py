@@ -110,3 +110,28 @@ def test_seed_leaves_the_logins_to_make_runs_banner(db):
     out = seed()
     assert "Demo logins" not in out
     assert settings.PORTAL_DEMO_PASSWORD not in out
+
+
+def test_seed_opens_jobs_with_one_recovered_one_failed_and_one_to_run(db, settings, tmp_path):
+    from instances.models import Job
+    from instances.selectors.jobs import job_log_read
+
+    settings.PORTAL_CHECKPOINT_LOCAL_DIR = tmp_path / "checkpoints"
+    said = seed()
+    assert "Jobs in vision-lab: vit-small-cifar (recovered once)" in said
+    jobs = {job.name: job for job in Job.objects.all()}
+    done, failed, running = (
+        jobs["vit-small-cifar"],
+        jobs["bert-base-sweep"],
+        jobs["resnet50-imagenet"],
+    )
+    assert done.status == "succeeded" and done.recoveries == 1
+    assert [run.outcome for run in done.runs.all()] == ["interrupted", "succeeded"]
+    run_two = job_log_read(done).text.split("=== run 2", 1)[1]
+    assert "starting at epoch 13 of 30" in run_two
+    assert failed.status == "failed" and "loss is nan" in job_log_read(failed).text
+    # The played hosts ended with their jobs; the running one waits for the worker.
+    assert not done.order.instances.filter(status__in=["running", "terminating"]).exists()
+    assert running.status == "pending" and running.order.instances.get().status == "requested"
+    assert "Jobs in vision-lab: already there." in seed()
+    assert Job.objects.count() == 3

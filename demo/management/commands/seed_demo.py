@@ -15,6 +15,7 @@ from billing.models import Budget
 from billing.services.budgets import budget_set
 from billing.services.prices import spot_prices_refresh
 from demo.services.history import DAYS, history_build, history_exists
+from demo.services.jobs import seed_demo_jobs
 from demo.services.pools import seed_demo_pool
 from instances.models import IdlePolicy, Image, InstanceType, Quota
 from instances.services import approval_policy_set, idle_policy_set, quota_set
@@ -98,6 +99,9 @@ class Command(BaseCommand):
             self.seed(options)
             if wants_history:
                 self.stdout.write("History: unchanged (already played).")
+        if not options["no_catalog"]:
+            # After the history: its hosts and these are not in each other's way.
+            self.stdout.write(seed_demo_jobs())
         if not played and snapshot() == before:
             self.stdout.write("Demo: unchanged.")
 

@@ -29,6 +29,7 @@ urlpatterns = [
     path("jobs/<uuid:pk>/panel/", jobs.job_panel_partial, name="job-panel"),
     path("jobs/<uuid:pk>/log/", jobs.job_log_partial, name="job-log"),
     path("jobs/<uuid:pk>/log.txt", jobs.job_log_file, name="job-log-file"),
+    path("jobs/<uuid:pk>/metrics/", jobs.job_scalars_data, name="job-metrics"),
     path("jobs/<uuid:pk>/cancel/", jobs.job_cancel_page, name="job-page-cancel"),
     path("jobs/<uuid:pk>/rerun/", jobs.job_rerun_page, name="job-page-rerun"),
     path("orders/<uuid:pk>/cancel/", hosts.held_order_cancel, name="held-order-cancel"),

@@ -88,6 +88,7 @@ EXPECTED: dict[tuple[str, str], tuple[int, ...]] = {
     ("job-panel", "GET"): (200, 200, 404, 200, 200, 302),
     ("job-log", "GET"): (200, 200, 404, 200, 200, 302),
     ("job-log-file", "GET"): (200, 200, 404, 200, 200, 302),
+    ("job-metrics", "GET"): (200, 200, 404, 200, 200, 302),
     ("job-page-cancel", "POST"): (302, 403, 404, 302, 403, 302),
     ("job-page-rerun", "POST"): (302, 403, 404, 302, 403, 302),
     # Pool pages: members of the pool's project read it; its creator, managers, admins change it.
@@ -140,6 +141,7 @@ EXPECTED: dict[tuple[str, str], tuple[int, ...]] = {
     ("job-list", "POST"): (201, 201, 400, 201, 403, 401),
     ("job-detail", "GET"): (200, 200, 404, 200, 200, 401),
     ("job-logs", "GET"): (200, 200, 404, 200, 200, 401),
+    ("job-scalars", "GET"): (200, 200, 404, 200, 200, 401),
     ("job-cancel", "POST"): (200, 403, 404, 200, 403, 401),
     ("job-rerun", "POST"): (409, 403, 404, 409, 403, 401),
     # The agent's side takes a host's agent credential and nothing else (tests/instances/
@@ -148,6 +150,7 @@ EXPECTED: dict[tuple[str, str], tuple[int, ...]] = {
     ("host-job-started", "POST"): (401, 401, 401, 401, 401, 401),
     ("host-job-log", "POST"): (401, 401, 401, 401, 401, 401),
     ("host-job-exit", "POST"): (401, 401, 401, 401, 401, 401),
+    ("host-job-scalars", "POST"): (401, 401, 401, 401, 401, 401),
     ("project-idle-policy", "GET"): (200, 200, 404, 200, 200, 401),
     ("project-idle-policy", "PUT"): (403, 403, 404, 200, 403, 401),
     ("project-approval-policy", "GET"): (200, 200, 404, 200, 200, 401),
@@ -413,6 +416,8 @@ def _request(world, name: str, method: str) -> tuple[str, dict]:
                 "job-panel",
                 "job-log",
                 "job-log-file",
+                "job-metrics",
+                "job-scalars",
                 "job-cancel",
                 "job-rerun",
                 "job-page-cancel",
@@ -423,7 +428,13 @@ def _request(world, name: str, method: str) -> tuple[str, dict]:
         },
         **{
             route: {"pk": host.pk}
-            for route in ("host-job", "host-job-started", "host-job-log", "host-job-exit")
+            for route in (
+                "host-job",
+                "host-job-started",
+                "host-job-log",
+                "host-job-exit",
+                "host-job-scalars",
+            )
         },
         "pool-detail": {"pk": world["pool"].pk},
         "pool-events": {"pk": world["pool"].pk},

@@ -12,11 +12,11 @@ older than the portal's (3.8), with the standard library only.
 
 ``jobs`` is a long-running service of its own (instances/lib/agent.py): it asks the portal for
 the run it should run, runs it in its own process group with its log on disk, sends the log
-bytes the portal lacks, stops the run (its stop signal, its grace, then SIGKILL) when the
-portal, a spot warning from IMDS or systemd says so, and reports its exit until the portal has
-it. Each run's state is in its folder (job.pid, exit-<run>.json), so an agent restarted after a
-crash adopts a live run and re-sends a saved exit instead of running a run twice.
-"""
+bytes the portal lacks and the TensorBoard scalars the run writes (tfevents.py, installed
+beside this file), stops the run (its stop signal, its grace, then SIGKILL) when the portal, a
+spot warning from IMDS or systemd says so, and reports its exit until the portal has it. Each
+run's state is in its folder (job.pid, exit-<run>.json), so an agent restarted after a crash
+adopts a live run and re-sends a saved exit instead of running a run twice."""
 
 import base64
 import contextlib
@@ -30,6 +30,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
+
+from tfevents import Scalars
 
 SPOOL = "/var/lib/portal-agent/spool.jsonl"
 
@@ -57,8 +59,7 @@ def gpu_readings(out):
 
 
 def reading_of(gpus, at):
-    """The minute's reading: the host's totals (the GPUs' mean utilization, their memory summed)
-    with each GPU's own beside them."""
+    """The minute's reading: the GPUs' mean utilization and memory summed, each GPU's beside."""
     return {
         "at": at.isoformat(),
         "utilization": round(sum(gpu["utilization"] for gpu in gpus) / len(gpus)),
@@ -167,8 +168,8 @@ class Portal:
     def __init__(self, env):
         url, host = env["PORTAL_AGENT_URL"].rstrip("/"), env["PORTAL_INSTANCE_ID"]
         self.base = f"{url}/api/v1/instances/{host}/job/"
-        token = env["PORTAL_AGENT_TOKEN"]
-        self.headers = {"Authorization": "Agent " + token, "Content-Type": "application/json"}
+        auth = "Agent " + env["PORTAL_AGENT_TOKEN"]
+        self.headers = {"Authorization": auth, "Content-Type": "application/json"}
         self.give_up = float(env.get("PORTAL_AGENT_GIVE_UP_SECONDS", 900))
         self.down_since, self.failures = None, 0
 
@@ -214,8 +215,7 @@ class Portal:
         return max(0.1, min(30.0, 0.5 * 2 ** min(self.failures, 6), left))
 
 
-def nap(seconds):
-    """Sleep, waking early when systemd asks the agent to stop."""
+def nap(seconds):  # a sleep that wakes when systemd asks the agent to stop
     end = time.monotonic() + seconds
     while not TERMINATING and time.monotonic() < end:
         time.sleep(max(0.0, min(0.1, end - time.monotonic())))
@@ -233,8 +233,7 @@ def retry(portal, send):
 
 
 def started_at(pid):
-    """The process's start time (/proc/<pid>/stat field 22), None once it is gone or a zombie.
-    Kept beside the pid, it tells a live run from a process that was given its pid later."""
+    """/proc/<pid>/stat's start time (None: gone or a zombie): with the pid, a run's identity."""
     try:
         with open(f"/proc/{pid}/stat") as stat:
             fields = stat.read().rsplit(")", 1)[1].split()
@@ -273,8 +272,7 @@ def spot_warned(imds):
 
 
 class Run:
-    """One run of a job on this host: its folder, its process (started here or adopted), its
-    log and how much of the log the portal has."""
+    """A run on this host: its folder, its process (started or adopted), its log, its scalars."""
 
     def __init__(self, workdir, spec):
         self.spec, self.job, self.run = spec, str(spec["job"]), int(spec["run"])
@@ -286,6 +284,7 @@ class Run:
         uri = str(env.get("PORTAL_CHECKPOINT_URI", ""))
         self.uri = uri if uri.startswith("s3://") else ""
         self.checkpoints = os.path.join(self.folder, str(env.get("CHECKPOINT_DIR", "checkpoints")))
+        self.scalars = Scalars(os.path.join(self.folder, str(env.get("TENSORBOARD_LOG_DIR", "tb"))))
         stop = str(spec.get("stop_signal"))
         self.stop_signal = signal.Signals.__members__.get(stop, signal.SIGTERM)
         self.grace = float(spec.get("grace_seconds", 30))
@@ -394,6 +393,7 @@ class Run:
         if status == 200:
             self.offset = int(answer.get("offset", max(self.offset, 0) + len(data)))
             self.capped = bool(answer.get("capped"))
+            self.scalars.send(portal.call, self.ids)  # TensorBoard's, for the job's page
         return status, answer
 
 

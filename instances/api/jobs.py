@@ -28,7 +28,7 @@ from instances.models import (
     JobRun,
 )
 from instances.selectors.costs import costs_so_far
-from instances.selectors.jobs import job_log_read
+from instances.selectors.jobs import job_log_read, job_scalar_series
 from instances.services.jobs import (
     job_assignment,
     job_bounds,
@@ -37,6 +37,7 @@ from instances.services.jobs import (
     job_rerun,
     job_run_exited,
     job_run_started,
+    job_scalars_record,
     job_submit,
 )
 from instances.services.jobs.runs import LOG_CHUNK_MAX_BYTES
@@ -315,6 +316,12 @@ class JobViewSet(
             headers={"Location": f"/api/v1/jobs/{new.pk}/"},
         )
 
+    @extend_schema(responses={200: {"type": "object", "additionalProperties": {"type": "array"}}})
+    @action(detail=True, methods=["get"])
+    def scalars(self, request, pk=None):
+        """Its TensorBoard scalars, tag by tag: [[step, value], ...] (at most 500 a tag)."""
+        return Response(job_scalar_series(self.get_object()))
+
     @extend_schema(parameters=[LogQuerySerializer], responses=LogSerializer)
     @action(detail=True, methods=["get"])
     def logs(self, request, pk=None):
@@ -454,6 +461,32 @@ class HostJobLogView(AgentView):
         return Response(job_log_append(**ref))
 
 
+class ScalarPointSerializer(StrictSerializer):
+    tag = serializers.CharField(max_length=128)
+    step = serializers.IntegerField(min_value=0, max_value=2**62)
+    value = serializers.FloatField()
+    wall_time = serializers.FloatField(min_value=0)
+
+
+class ScalarsSerializer(RunRefSerializer):
+    points = serializers.ListField(child=ScalarPointSerializer(), max_length=1000)
+
+
+class ScalarsAnswerSerializer(serializers.Serializer):
+    stored = serializers.IntegerField()
+    capped = serializers.BooleanField()
+
+
+class HostJobScalarsView(AgentView):
+    @extend_schema(
+        request=ScalarsSerializer, responses=ScalarsAnswerSerializer, auth=[{"agentToken": []}]
+    )
+    def post(self, request, pk):
+        """TensorBoard scalars the run wrote (read from its event files): ``stored``, and
+        ``capped`` once the job has its most tags or points."""
+        return Response(job_scalars_record(**self.body(request, pk, ScalarsSerializer)))
+
+
 class HostJobExitView(AgentView):
     @extend_schema(
         request=ExitSerializer, responses=ExitAnswerSerializer, auth=[{"agentToken": []}]
@@ -475,4 +508,5 @@ def host_job_urls():
         path(f"{base}started/", HostJobStartedView.as_view(), name="host-job-started"),
         path(f"{base}log/", HostJobLogView.as_view(), name="host-job-log"),
         path(f"{base}exit/", HostJobExitView.as_view(), name="host-job-exit"),
+        path(f"{base}scalars/", HostJobScalarsView.as_view(), name="host-job-scalars"),
     ]

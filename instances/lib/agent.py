@@ -11,13 +11,30 @@ instances/agent/portal_agent.py, read from the package here.
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
 from importlib.resources import files
 
 
-def agent_program() -> str:
-    """The agent program's text, as it is installed on a host (/usr/local/bin/portal-gpu-agent)."""
-    return files("instances.agent").joinpath("portal_agent.py").read_text(encoding="utf-8")
+def agent_program(name: str = "portal_agent.py") -> str:
+    """The agent program's text, as it is installed on a host (/usr/local/bin/portal-gpu-agent),
+    or of the module beside it (``tfevents.py``, which it imports)."""
+    return files("instances.agent").joinpath(name).read_text(encoding="utf-8")
+
+
+# EC2 takes at most 16 KB of user data (before its base64); the programs go gzipped.
+USER_DATA_MAX_BYTES = 16 * 1024
+
+
+class Packed(str):
+    """A file's content gzipped and base64-encoded, as cloud-init's ``gz+b64`` encoding reads
+    it."""
+
+
+def packed(text: str) -> Packed:
+    data = gzip.compress(text.encode(), compresslevel=9, mtime=0)
+    return Packed(base64.b64encode(data).decode())
 
 
 SERVICE = """[Unit]
@@ -77,18 +94,19 @@ def agent_cloud_config(
     )
     files = [
         ("/etc/portal-agent.env", "0600", env),
-        ("/usr/local/bin/portal-gpu-agent", "0755", agent_program()),
+        ("/usr/local/bin/portal-gpu-agent", "0755", packed(agent_program())),
+        # Beside it: the script's folder is the first place its imports are looked for.
+        ("/usr/local/bin/tfevents.py", "0644", packed(agent_program("tfevents.py"))),
         ("/etc/systemd/system/portal-gpu-agent.service", "0644", SERVICE),
         ("/etc/systemd/system/portal-gpu-agent.timer", "0644", TIMER),
         ("/etc/systemd/system/portal-job-agent.service", "0644", JOBS_SERVICE),
     ]
     lines = ["write_files:"]
     for path, mode, content in files:
-        lines += [
-            f"  - path: {path}",
-            f"    permissions: '{mode}'",
-            f"    content: {json.dumps(content)}",
-        ]
+        lines += [f"  - path: {path}", f"    permissions: '{mode}'"]
+        if isinstance(content, Packed):
+            lines.append("    encoding: gz+b64")
+        lines.append(f"    content: {json.dumps(str(content))}")
     if extra_files:
         lines.append(extra_files.rstrip("\n"))
     lines += [

@@ -23,7 +23,7 @@ from instances.models.hosts import (
     InstanceQuerySet,
 )
 from instances.models.idle import IdlePolicy
-from instances.models.jobs import Job, JobEvent, JobLogChunk, JobMarket, JobRun
+from instances.models.jobs import Job, JobEvent, JobLogChunk, JobMarket, JobRun, JobScalar
 from instances.models.leases import LeaseNotice
 from instances.models.orders import (
     InterruptionPolicy,
@@ -66,6 +66,7 @@ __all__ = [
     "JobLogChunk",
     "JobMarket",
     "JobRun",
+    "JobScalar",
     "LeaseNotice",
     "Market",
     "Order",

@@ -184,3 +184,24 @@ class JobLogChunk(models.Model):
 
     def __str__(self) -> str:
         return f"log of {self.job_id} from byte {self.start}"
+
+
+class JobScalar(models.Model):
+    """One point of a scalar the job wrote to TensorBoard (its tag, e.g. "train/epoch_loss",
+    at a step), as the host's agent read it from the event files. A run that resumes and
+    writes a step again replaces it: the chart shows the run that counted."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="scalars")
+    tag = models.CharField(max_length=128)
+    step = models.BigIntegerField()
+    value = models.FloatField()
+    wall_time = models.FloatField(help_text="When the job wrote it (seconds since the epoch)")
+
+    class Meta:
+        ordering = ["job", "tag", "step"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "tag", "step"], name="job_scalar_unique_step")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tag}@{self.step}={self.value} of {self.job_id}"

@@ -1,11 +1,11 @@
 """instances/selectors/jobs.py: a job's log, read from any byte offset without loading the
-rest (its chunks are indexed by where they start)."""
+rest (its chunks are indexed by where they start), and its TensorBoard scalars for charts."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from instances.models import Job, JobLogChunk
+from instances.models import Job, JobLogChunk, JobScalar
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,3 +69,23 @@ def job_log_read(job: Job, *, offset: int = 0, limit: int = 256 * 1024) -> LogPi
     if end < size:
         piece = _whole_characters(piece)
     return LogPiece(data=piece, offset=offset, size=size, capped=job.log_capped, ended=job.is_ended)
+
+
+# A chart shows at most this many points of a tag (evenly picked, the last always) and the
+# page at most this many tags.
+CHART_POINTS = 500
+CHART_TAGS = 16
+
+
+def job_scalar_series(job: Job) -> dict[str, list[list[float]]]:
+    """The job's TensorBoard scalars, tag by tag: [[step, value], ...] by step, in one query."""
+    series: dict[str, list[list[float]]] = {}
+    rows = JobScalar.objects.filter(job=job).order_by("tag", "step")
+    for tag, step, value in rows.values_list("tag", "step", "value"):
+        if tag in series or len(series) < CHART_TAGS:
+            series.setdefault(tag, []).append([step, value])
+    for tag, points in series.items():
+        if len(points) > CHART_POINTS:
+            every = len(points) / CHART_POINTS
+            series[tag] = [points[int(i * every)] for i in range(CHART_POINTS - 1)] + [points[-1]]
+    return series

@@ -1,5 +1,6 @@
 """instances/views/jobs.py: pages of managed jobs. The jobs list, a new job, a job's page (its
-state and why, its hosts and what they cost, its runs and recoveries, its live log) and what
+state and why, its hosts and what they cost, its runs and recoveries, its TensorBoard scalars
+as charts, its live log) and what
 may be asked of a job there (cancel, re-run)."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ import re
 import uuid
 
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
@@ -16,7 +17,7 @@ from django.views.decorators.http import require_POST
 from instances.forms import JobForm
 from instances.models import Image, InstanceType, Job, JobLogChunk
 from instances.selectors.costs import costs_so_far
-from instances.selectors.jobs import job_log_read
+from instances.selectors.jobs import job_log_read, job_scalar_series
 from instances.services.jobs import job_cancel, job_rerun, job_submit
 from portal import permissions
 from portal.lib.pages import forbidden, form_errors, mark_invalid, service_errors
@@ -131,6 +132,7 @@ def _job_context(request: HttpRequest, job: Job) -> dict:
         "log_text": shown(piece.text),
         "can_act": permissions.can_act_on_job(request.user, job),
         "live": job.status in LIVE,
+        "has_scalars": job.scalars.exists(),
     }
 
 
@@ -164,6 +166,11 @@ def job_log_partial(request: HttpRequest, pk) -> HttpResponse:
         "instances/_job_log_more.html",
         {"job": job, "log": piece, "log_text": shown(piece.text), "live": job.status in LIVE},
     )
+
+
+def job_scalars_data(request: HttpRequest, pk) -> JsonResponse:
+    """The series the page's metric charts draw (instances/static/instances/job-scalars.js)."""
+    return JsonResponse(job_scalar_series(_visible_job(request, pk)))
 
 
 def job_log_file(request: HttpRequest, pk) -> HttpResponse:

@@ -48,6 +48,7 @@ NOT_A_PAGE = {
     "job-panel": "an htmx fragment of a job's page, swapped in while it is open",
     "job-log": "an htmx fragment of a job's log, appended while it is open",
     "job-log-file": "a download",
+    "job-metrics": "the series a job page's metric charts fetch (JSON)",
     "audit-export-csv": "a download",
     "audit-export-jsonl": "a download",
     "costs-csv": "a download",

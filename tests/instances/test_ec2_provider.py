@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import gzip
 import uuid
 from decimal import Decimal
 
@@ -12,6 +13,7 @@ import yaml
 from botocore.exceptions import EndpointConnectionError
 from botocore.stub import Stubber
 
+from instances.lib.agent import USER_DATA_MAX_BYTES
 from instances.providers.base import (
     TAG_INSTANCE,
     TAG_OWNER,
@@ -293,8 +295,17 @@ def test_cloud_init_installs_the_gpu_agent_with_the_hosts_own_credential(
     assert env["permissions"] == "0600"
     assert "PORTAL_AGENT_TOKEN=gpa_secret\n" in env["content"]
     assert "PORTAL_AGENT_URL=https://portal.example.org\n" in env["content"]
-    assert "nvidia-smi" in files["/usr/local/bin/portal-gpu-agent"]["content"]
-    compile(files["/usr/local/bin/portal-gpu-agent"]["content"], "agent", "exec")
+    # The programs go gzipped (gz+b64): EC2 takes at most 16 KB of user data.
+    for path in ("/usr/local/bin/portal-gpu-agent", "/usr/local/bin/tfevents.py"):
+        assert files[path]["encoding"] == "gz+b64"
+        program = gzip.decompress(base64.b64decode(files[path]["content"])).decode()
+        compile(program, path, "exec")
+    agent = files["/usr/local/bin/portal-gpu-agent"]["content"]
+    assert "nvidia-smi" in gzip.decompress(base64.b64decode(agent)).decode()
+    reply = moto_ec2.describe_instance_attribute(
+        InstanceId=instance["InstanceId"], Attribute="userData"
+    )
+    assert len(base64.b64decode(reply["UserData"]["Value"])) <= USER_DATA_MAX_BYTES
     assert ["systemctl", "enable", "--now", "portal-gpu-agent.timer"] in config["runcmd"]
     assert ["systemctl", "enable", "--now", "portal-job-agent.service"] in config["runcmd"]
 

@@ -14,6 +14,7 @@ from django.core.management import call_command
 
 from instances import services
 from instances.models import Job
+from instances.selectors.jobs import job_scalar_series
 from tests.instances.test_job_execution import agents, boot, log_of, submit, wait_for
 
 __all__ = ["agents"]  # the fixture, shared with test_job_execution
@@ -84,3 +85,6 @@ def test_keras_training_resumes_at_epoch_4_after_an_interruption(agents, alice, 
     assert [run.outcome for run in job.runs.all()] == ["interrupted", "succeeded"]
     moved = job.events.get(old_status="running", new_status="recovering")
     assert "taking back spot host" in moved.reason
+    # The Keras TensorBoard callback's scalars, read by the agents of both runs: every epoch.
+    series = job_scalar_series(job)
+    assert [step for step, _ in series["train/epoch_loss"]] == [0, 1, 2, 3, 4, 5]

@@ -12,6 +12,7 @@ from instances.services.jobs.runs import (
     job_log_append,
     job_run_exited,
     job_run_started,
+    job_scalars_record,
     run_environment,
 )
 from instances.services.jobs.submit import (
@@ -36,6 +37,7 @@ __all__ = [
     "job_rerun",
     "job_run_exited",
     "job_run_started",
+    "job_scalars_record",
     "job_submit",
     "job_transition",
     "jobs_pass",

@@ -1,7 +1,7 @@
 """instances/services/jobs/runs.py: what a host's agent is told and tells (the agent is
 instances/agent/portal_agent.py, mode ``jobs``): the run it is handed, that it started, its
-output, its exit; and what the exit means for the job (succeeded, failed, or recovering as its
-policy says).
+output, its TensorBoard scalars, its exit; and what the exit means for the job (succeeded,
+failed, or recovering as its policy says).
 
 Every call is idempotent: an agent retries until it hears back, and a retried hand-out, start
 or exit changes nothing the first one did not. A run is handed to one host at a time, under the
@@ -10,6 +10,7 @@ job's row lock, so a job never runs twice at once."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from django.conf import settings
 from django.db import transaction
@@ -17,7 +18,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from instances.lib.checkpoints import backup_dir
-from instances.models import Instance, Job, JobLogChunk, JobRun
+from instances.models import Instance, Job, JobLogChunk, JobRun, JobScalar
 from instances.services.jobs.lifecycle import ACTOR, job_note, job_transition
 from instances.services.jobs.recovery import job_recover
 from portal.lib.errors import Conflict
@@ -272,3 +273,38 @@ def _failed(job: Job, host: Instance, number: int, exit_code: int | None, said: 
         exit_code=exit_code,
     )
     return job
+
+
+# What a job may keep of its TensorBoard scalars: tags, and points in all.
+SCALAR_TAGS_MAX = 64
+SCALAR_POINTS_MAX = 50_000
+
+
+def job_scalars_record(*, host: Instance, job_id, number: int, points: list[dict]) -> dict:
+    """Scalars the run wrote to TensorBoard, as the agent read them: each (tag, step) kept once,
+    a resumed run's point replacing the one before. Past the job's tags or points the rest is
+    not kept (``capped``); values that are not finite are not drawn and not kept."""
+    with transaction.atomic():
+        job, _ = _current_run(host, job_id, number)
+        held = JobScalar.objects.filter(job=job)
+        tags = set(held.values_list("tag", flat=True).distinct())
+        room = SCALAR_POINTS_MAX - held.count()
+        rows, capped = {}, False
+        for point in points:
+            if not math.isfinite(point["value"]):
+                continue
+            if point["tag"] not in tags and len(tags) >= SCALAR_TAGS_MAX:
+                capped = True
+                continue
+            tags.add(point["tag"])
+            rows[(point["tag"], point["step"])] = JobScalar(job=job, **point)
+        rows = list(rows.values())
+        if len(rows) > room:
+            rows, capped = rows[: max(room, 0)], True
+        JobScalar.objects.bulk_create(
+            rows,
+            update_conflicts=True,
+            unique_fields=["job", "tag", "step"],
+            update_fields=["value", "wall_time"],
+        )
+    return {"stored": len(rows), "capped": capped}

@@ -462,7 +462,7 @@ class HostJobLogView(AgentView):
 
 
 class ScalarPointSerializer(StrictSerializer):
-    tag = serializers.CharField(max_length=128)
+    tag = serializers.CharField(max_length=128, trim_whitespace=False)
     step = serializers.IntegerField(min_value=0, max_value=2**62)
     value = serializers.FloatField()
     wall_time = serializers.FloatField(min_value=0)

@@ -86,8 +86,6 @@ class Job(models.Model):
     host = models.ForeignKey(
         Instance, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
-    # A cancel asked while a run is live: the agent hears "stop" until the run reports.
-    stop_requested = models.BooleanField(default=False)
     exit_code = models.IntegerField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)

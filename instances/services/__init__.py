@@ -5,7 +5,7 @@ services are the only writers), one module per topic, every public function re-e
 - orders: estimate, validate, admit and place an order; the hosts it creates
 - approvals: approve, reject, cancel, expire held orders; the approval policy
 - transitions: the order and host state machines (the only writers of status)
-- hosts: what users ask of a host (stop, start, terminate)
+- hosts: what users ask of a host (stop, start, terminate), and hosts the portal ends
 - cloud: the worker side, talking to the cloud and recording what it said
 - reconcile: the loop that repairs lost and doubled work
 - leases: warnings before a lease ends, extensions, hosts whose lease ended
@@ -63,6 +63,7 @@ from instances.services.hosts import (
     instance_request_start,
     instance_request_stop,
     instance_request_terminate,
+    instances_end,
     instances_request_action,
 )
 from instances.services.idle import (
@@ -94,7 +95,6 @@ from instances.services.orders import (
 )
 from instances.services.pools.autoscaler import AutoscaleReport, autoscale
 from instances.services.pools.lifecycle import (
-    instances_end,
     pool_capacity_refused,
     pool_create,
     pool_delete,

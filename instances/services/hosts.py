@@ -1,5 +1,5 @@
 """instances/services/hosts.py: what users ask of a host: stop, start, terminate (the cloud call
-is a task)."""
+is a task); and hosts the portal ends on its own account (a pool scaling in, a job that ended)."""
 
 from __future__ import annotations
 
@@ -97,3 +97,22 @@ def instances_request_action(
         except Conflict as error:  # IllegalTransition is one too
             failed.append((host, error))
     return done, failed
+
+
+def instances_end(hosts, *, reason: str, actor: str) -> list[str]:
+    """Terminate these hosts on the portal's own account (a pool scaling in, a job that ended):
+    a transition each, the cloud call a task on commit; hosts already leaving are skipped."""
+    ended = []
+    for host in hosts:
+        if host.status in (Instance.Status.TERMINATING, Instance.Status.INTERRUPTED):
+            continue
+        try:
+            row, changed = instance_transition(
+                instance=host, to=Instance.Status.TERMINATING, reason=reason, actor=actor
+            )
+        except IllegalTransition:
+            continue  # ended meanwhile
+        if changed:
+            enqueue("instances.tasks.terminate_instance", str(row.pk))
+            ended.append(str(row.pk))
+    return ended

@@ -13,7 +13,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from instances.models import Instance, Job, JobEvent
-from instances.services.pools.lifecycle import instances_end
+from instances.services.hosts import instances_end
 from instances.services.transitions import IllegalTransition, audit_change
 from portal.services import notice_send, notices_close
 
@@ -50,8 +50,7 @@ def job_transition(
             setattr(row, name, value)
         if to in Job.ENDED:
             row.ended_at = now
-            row.stop_requested = False
-            changed += ["ended_at", "stop_requested"]
+            changed.append("ended_at")
         row.save(update_fields=changed)
         JobEvent.objects.create(
             job=row,

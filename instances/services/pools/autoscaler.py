@@ -45,9 +45,10 @@ from instances.models import (
     PoolSchedule,
 )
 from instances.services.admission import admission_refusal
+from instances.services.hosts import instances_end
 from instances.services.orders import OrderRequest, order_estimate, order_request_of
 from instances.services.pools.checks import pool_launch_refusal
-from instances.services.pools.lifecycle import instances_end, pool_event
+from instances.services.pools.lifecycle import pool_event
 from instances.services.pools.plan import (
     SERVING,
     Host,

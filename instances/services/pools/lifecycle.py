@@ -26,6 +26,7 @@ from instances.models import (
     Pool,
     PoolEvent,
 )
+from instances.services.hosts import instances_end
 from instances.services.pools.checks import (
     SIZE_FIELDS,
     TUNING,
@@ -36,9 +37,7 @@ from instances.services.pools.checks import (
     refuse,
     refuse_unknown,
 )
-from instances.services.queue import enqueue
 from instances.services.transitions import (
-    IllegalTransition,
     actor_of,
     instance_transition,
     order_decided,
@@ -365,24 +364,6 @@ def held_orders_cancel(pool: Pool, user: User, reason: str) -> list[str]:
                 link=f"/pools/{pool.pk}/",
             )
     return said
-
-
-def instances_end(hosts, *, reason: str, actor: str) -> list[str]:
-    """Terminate these hosts (a transition each, the cloud call a task on commit)."""
-    ended = []
-    for host in hosts:
-        if host.status in (Instance.Status.TERMINATING, Instance.Status.INTERRUPTED):
-            continue
-        try:
-            row, changed = instance_transition(
-                instance=host, to=Instance.Status.TERMINATING, reason=reason, actor=actor
-            )
-        except IllegalTransition:
-            continue  # ended meanwhile
-        if changed:
-            enqueue("instances.tasks.terminate_instance", str(row.pk))
-            ended.append(str(row.pk))
-    return ended
 
 
 # --- what deciding its order, a budget, does to a pool -------------------------------------

@@ -8,7 +8,8 @@ export PORTAL_PORT
 .PHONY: run test test-fast lint bench install clean lock
 
 # Installs exactly the versions in the lock files (requirements-dev.lock for a checkout,
-# requirements.lock in the image); `make lock` refreshes them from pyproject.toml.
+# requirements.lock in the image); `make lock` refreshes them from pyproject.toml, the image's
+# within the checkout's, so the image runs the versions the tests ran.
 $(VENV)/.installed: pyproject.toml requirements-dev.lock
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
@@ -19,8 +20,8 @@ $(VENV)/.installed: pyproject.toml requirements-dev.lock
 LOCK := $(VENV)/bin/uv pip compile pyproject.toml --python-version 3.11 --universal --quiet
 lock:
 	$(VENV)/bin/pip install --quiet uv
-	$(LOCK) $(if $(UPGRADE),--upgrade) -o requirements.lock
 	$(LOCK) $(if $(UPGRADE),--upgrade) --extra dev -o requirements-dev.lock
+	$(LOCK) -c requirements-dev.lock -o requirements.lock
 
 node_modules/.package-lock.json: package-lock.json
 	npm ci --no-audit --no-fund

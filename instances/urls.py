@@ -32,6 +32,9 @@ urlpatterns = [
     path("jobs/<uuid:pk>/metrics/", jobs.job_scalars_data, name="job-metrics"),
     path("jobs/<uuid:pk>/cancel/", jobs.job_cancel_page, name="job-page-cancel"),
     path("jobs/<uuid:pk>/rerun/", jobs.job_rerun_page, name="job-page-rerun"),
+    # The job's TensorBoard: its page, and everything under it (its assets and data).
+    path("tensorboard/<uuid:pk>/", jobs.job_tensorboard, name="job-tensorboard"),
+    path("tensorboard/<uuid:pk>/<path:rest>", jobs.job_tensorboard, name="job-tensorboard-data"),
     path("orders/<uuid:pk>/cancel/", hosts.held_order_cancel, name="held-order-cancel"),
     path("pools/", pools.pools_page, name="pools"),
     path("pools/new/", pools.pool_new, name="pool-new"),

@@ -89,6 +89,8 @@ EXPECTED: dict[tuple[str, str], tuple[int, ...]] = {
     ("job-log", "GET"): (200, 200, 404, 200, 200, 302),
     ("job-log-file", "GET"): (200, 200, 404, 200, 200, 302),
     ("job-metrics", "GET"): (200, 200, 404, 200, 200, 302),
+    ("job-tensorboard", "GET"): (200, 200, 404, 200, 200, 302),
+    ("job-tensorboard-data", "GET"): (200, 200, 404, 200, 200, 302),
     ("job-page-cancel", "POST"): (302, 403, 404, 302, 403, 302),
     ("job-page-rerun", "POST"): (302, 403, 404, 302, 403, 302),
     # Pool pages: members of the pool's project read it; its creator, managers, admins change it.
@@ -417,6 +419,7 @@ def _request(world, name: str, method: str) -> tuple[str, dict]:
                 "job-log",
                 "job-log-file",
                 "job-metrics",
+                "job-tensorboard",
                 "job-scalars",
                 "job-cancel",
                 "job-rerun",
@@ -436,6 +439,7 @@ def _request(world, name: str, method: str) -> tuple[str, dict]:
                 "host-job-scalars",
             )
         },
+        "job-tensorboard-data": {"pk": world["job"].pk, "rest": "data/runs"},
         "pool-detail": {"pk": world["pool"].pk},
         "pool-events": {"pk": world["pool"].pk},
         "pool-schedules": {"pk": world["pool"].pk},

@@ -146,6 +146,7 @@ def refused_positions(answer):
 # Managed training jobs: ``portal_agent.py jobs``.
 
 WORKDIR = "/var/lib/portal-agent/jobs"
+SYNCED = ("--include", "checkpoints/*", "--include", "tensorboard/*")  # kept in its s3:// URI
 TERMINATING = []  # SIGTERM (systemd stopping the agent): stop the run gracefully, then exit
 EXIT_KEYS = ("job", "run", "exit_code", "signal", "stopped", "interrupted")
 
@@ -306,7 +307,7 @@ class Run:
         open(self.log, "ab").close()  # from here on this run counts as started
         if self.uri:
             os.makedirs(self.checkpoints, exist_ok=True)
-            self.sync(self.uri, self.checkpoints, wait=True)
+            self.sync(self.uri, self.folder, wait=True)
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 ["sh", "-c", str(self.spec["command"])],
@@ -357,7 +358,7 @@ class Run:
         try:
             with open(self.log, "ab") as log:
                 proc = subprocess.Popen(
-                    ["aws", "s3", "sync", source, target],
+                    ["aws", "s3", "sync", source, target, "--exclude", "*", *SYNCED],
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL,
                     stderr=log,
@@ -428,7 +429,7 @@ def supervise(portal, run, imds, sync_every):
             reason = "imds" if spot_warned(imds) else None
             next_imds = now + 5
         if run.uri and now >= next_sync and run.synced():
-            run.sync(run.checkpoints, run.uri, wait=False)
+            run.sync(run.folder, run.uri, wait=False)
             next_sync = now + sync_every
         if reason and kill_at is None:
             run.signal(run.stop_signal)
@@ -442,7 +443,7 @@ def supervise(portal, run, imds, sync_every):
         reason = "unwanted" if status == 409 else reason
     if run.uri:
         run.synced(wait=True)
-        run.sync(run.checkpoints, run.uri, wait=True)
+        run.sync(run.folder, run.uri, wait=True)
     code, sig = run.outcome()
     outcome = dict(run.ids, exit_code=code, signal=sig, stopped=reason is not None)
     outcome["interrupted"] = reason == "imds"

@@ -5,16 +5,26 @@ may be asked of a job there (cancel, re-run)."""
 
 from __future__ import annotations
 
+import io
 import re
 import uuid
 
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    JsonResponse,
+    StreamingHttpResponse,
+)
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from instances.forms import JobForm
+from instances.lib import tensorboard
 from instances.models import Image, InstanceType, Job, JobLogChunk
 from instances.selectors.costs import costs_so_far
 from instances.selectors.jobs import job_log_read, job_scalar_series
@@ -133,6 +143,7 @@ def _job_context(request: HttpRequest, job: Job) -> dict:
         "can_act": permissions.can_act_on_job(request.user, job),
         "live": job.status in LIVE,
         "has_scalars": job.scalars.exists(),
+        "tensorboard": _tensorboard_logdir(job),
     }
 
 
@@ -203,3 +214,53 @@ def job_rerun_page(request: HttpRequest, pk) -> HttpResponse:
     new = job_rerun(job=job, user=request.user)
     messages.success(request, f"Job {new.name} submitted again with the same settings.")
     return redirect("job", pk=new.pk)
+
+
+def _tensorboard_logdir(job: Job) -> str:
+    """The folder the job's TensorBoard reads, or "" when it has none (no checkpoint location):
+    then the page offers none."""
+    return tensorboard.logdir_of(job.order.checkpoint_uri)
+
+
+# TensorBoard's answers carry their own Content-Security-Policy (kept: the portal's own is
+# added only where none is set); these are the connection's, not the answer's.
+HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "upgrade"})
+
+
+@csrf_exempt
+def job_tensorboard(request: HttpRequest, pk, rest: str = "") -> HttpResponse:
+    """The job's own TensorBoard (instances/lib/tensorboard.py), to whoever may see the job,
+    every request audited (/tensorboard/ is an audited prefix). Not a proxy: the only thing it
+    reaches is TensorBoard over the folder the portal names for this job. TensorBoard's few
+    POSTs are reads (batched chart queries, sent without Django's CSRF token); the session
+    cookie is SameSite=Lax, so another site cannot send them as the user."""
+    job = _visible_job(request, pk)
+    logdir = _tensorboard_logdir(job)
+    if not logdir:
+        raise Http404("This job has no TensorBoard.")
+    if request.method not in ("GET", "HEAD", "POST"):
+        return HttpResponseNotAllowed(["GET", "HEAD", "POST"])
+    app = tensorboard.tensorboard_app(logdir=logdir, path_prefix=f"/tensorboard/{job.pk}")
+    body = request.body
+    environ = {
+        **request.environ,
+        "SCRIPT_NAME": "",
+        "PATH_INFO": request.path_info,
+        "wsgi.input": io.BytesIO(body),
+        "CONTENT_LENGTH": str(len(body)),
+    }
+    answer: dict = {}
+
+    def start_response(status, headers, exc_info=None):
+        answer.update(status=int(status.split()[0]), headers=headers)
+
+    chunks = app(environ, start_response)
+    try:
+        content = b"".join(chunks)
+    finally:
+        getattr(chunks, "close", lambda: None)()
+    response = HttpResponse(content, status=answer["status"])
+    for name, value in answer["headers"]:
+        if name.lower() not in HOP_BY_HOP:
+            response[name] = value
+    return response

@@ -397,6 +397,18 @@ PORTAL_JOB_SECONDS = env_int(
     15,
     help="How often the job pass runs (time limits, lost hosts, kept hosts), in seconds.",
 )
+PORTAL_TENSORBOARD_APPS = env_int(
+    "PORTAL_TENSORBOARD_APPS",
+    8,
+    help="Jobs' TensorBoards one web process keeps built (the least recently opened is "
+    "forgotten first, and built again when next opened).",
+)
+PORTAL_TENSORBOARD_RELOAD_SECONDS = env_int(
+    "PORTAL_TENSORBOARD_RELOAD_SECONDS",
+    10,
+    help="How long a job's TensorBoard answers from what it read before it reads its log "
+    "folder again, in seconds.",
+)
 PORTAL_SIMULATED_AGENTS = env_bool(
     "PORTAL_SIMULATED_AGENTS",
     True,

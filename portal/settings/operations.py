@@ -15,7 +15,12 @@ LOGGING = {
         "handlers": ["console"],
         "level": env_str("PORTAL_LOG_LEVEL", "INFO", help="The root log level."),
     },
-    "loggers": {"django.db.backends": {"level": "WARNING"}, "axes": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        "axes": {"level": "WARNING"},
+        # A job's TensorBoard logs each read of its folder at INFO.
+        "tensorboard": {"level": "WARNING"},
+    },
 }
 
 

@@ -362,7 +362,8 @@ def test_checkpoints_are_restored_from_s3_and_synced_back_while_and_after_it_run
     (bin_dir / "aws").write_text(
         "#!/bin/sh\n"
         f'echo "$*" >> {calls}\n'
-        'case "$3" in s3://*) touch "$4/restored.ckpt";; *) exit 2;; esac\n'
+        'case "$3" in s3://*) mkdir -p "$4/checkpoints"; touch "$4/checkpoints/restored.ckpt";;'
+        " *) exit 2;; esac\n"
     )
     (bin_dir / "aws").chmod(0o755)
     uri = "s3://lab-checkpoints/vision-lab/0b0e/"
@@ -376,11 +377,13 @@ def test_checkpoints_are_restored_from_s3_and_synced_back_while_and_after_it_run
     wait_for(lambda: portal.exits)
     folder = workdir / JOB
     restore, *back = calls.read_text().splitlines()
-    assert restore == f"s3 sync {uri} {folder}/checkpoints"
-    assert len(back) >= 2 and set(back) == {f"s3 sync {folder}/checkpoints {uri}"}
+    # The checkpoints and the TensorBoard logs (which the portal serves from there), nothing else.
+    only = "--exclude * --include checkpoints/* --include tensorboard/*"
+    assert restore == f"s3 sync {uri} {folder} {only}"
+    assert len(back) >= 2 and set(back) == {f"s3 sync {folder} {uri} {only}"}
     log = bytes(portal.log).decode()
     assert log.startswith("restored.ckpt\n") and "trained\n" in log
-    failed = f"[portal-agent] checkpoint sync {folder}/checkpoints -> {uri} failed (exit 2)\n"
+    failed = f"[portal-agent] checkpoint sync {folder} -> {uri} failed (exit 2)\n"
     assert log.endswith(failed) and portal.exits[0]["exit_code"] == 0
 
 

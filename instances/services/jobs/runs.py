@@ -18,6 +18,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from instances.lib.checkpoints import backup_dir
+from instances.lib.tensorboard import LOG_FOLDER
 from instances.models import Instance, Job, JobLogChunk, JobRun, JobScalar
 from instances.services.jobs.lifecycle import ACTOR, job_note, job_transition
 from instances.services.jobs.recovery import job_recover
@@ -59,13 +60,13 @@ def run_environment(job: Job, run: JobRun) -> dict[str, str]:
     env.update(
         {
             "CHECKPOINT_DIR": f"{base}/checkpoints/" if base else "checkpoints/",
-            "TENSORBOARD_LOG_DIR": f"{base}/tensorboard/" if base else "tensorboard/",
+            "TENSORBOARD_LOG_DIR": f"{base}/{LOG_FOLDER}/" if base else f"{LOG_FOLDER}/",
             "JOB_ID": str(job.pk),
             "JOB_RECOVERY": str(run.recovery),
         }
     )
     if uri:
-        env["PORTAL_CHECKPOINT_URI"] = uri.rstrip("/") + "/checkpoints/"
+        env["PORTAL_CHECKPOINT_URI"] = uri  # on S3 the agent syncs both folders to it
     return env
 
 

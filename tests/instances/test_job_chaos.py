@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import random
 import re
+import statistics
 import threading
 import time
 from collections import Counter
@@ -43,7 +44,7 @@ pytestmark = [
 ]
 
 J = Job.Status
-TRIALS = trial_count("JOB_CHAOS_TRIALS", 12)
+TRIALS = trial_count("JOB_CHAOS_TRIALS", 8)
 # Each cloud call arrives 50 ms late and answers 300 ms after it acted; hosts boot in 1 s, so
 # a launch spans a few tasks (provision, then sync) and a kill can land inside one.
 WORKER_ENV = {
@@ -60,7 +61,7 @@ WORKER_ENV = {
 }
 TICK = 0.25  # the agents' pace: one call each per tick
 BEAT = 1.0  # reconcile, the job pass and the spot warnings, as beat sends them
-EPOCHS = 4  # log chunks a run sends before it exits
+EPOCHS = 3  # log chunks a run sends before it exits
 HOST_RUNNING = "host running, job not started"
 RECOVERING = "during a recovery"
 # What each job is to do, in turn: its end is what the assertions expect.
@@ -73,14 +74,14 @@ class HostAgent:
     send its output, stop it when told, report its exit (143 when stopped, as a job that
     saves on SIGTERM does)."""
 
-    def __init__(self, host: Instance, scenario: str, errors: list):
+    def __init__(self, host: Instance, job_id: str, scenario: str, errors: list):
         self.api = APIClient()
         self.api.credentials(HTTP_AUTHORIZATION=f"Agent {agent_secret(host)}")
         self.base = f"/api/v1/instances/{host.pk}/job/"
-        self.scenario = scenario
+        self.job_id, self.scenario = job_id, scenario
         self.errors = errors
         self.run: dict | None = None
-        self.held = False  # a test holding this agent back across a kill
+        self.held = ""  # "before asking" or "after asking": held back across a kill
         self.started = self.stop = False
         self.sent = self.offset = 0
 
@@ -134,37 +135,53 @@ class HostAgent:
 
 
 class Workers:
-    """One worker at a time, as a crashed worker restarted by its supervisor: after a kill,
-    the next one starts in the background while the agents carry on."""
+    """Two workers, as production runs several: a kill takes the one with tasks in hand (the
+    other carries on), and its supervisor starts another in the background."""
+
+    SIZE = 2
 
     def __init__(self):
-        self.current: Worker | None = None
+        self.live: list[Worker] = []
+        self.starting = 0
+        self.started = 0
         self.output: list[str] = []
-        self.seed = 0
+        self.start_seconds: list[float] = []
 
-    def start_next(self, *, wait: bool = False) -> None:
-        self.seed += 1
-        worker = Worker(**WORKER_ENV, PORTAL_SIMULATED_SEED=str(self.seed))
-        self.current = None
+    def fill(self, *, wait: bool = False) -> None:
+        threads = []
+        while len(self.live) + self.starting < self.SIZE:
+            self.started += 1
+            worker = Worker(
+                **WORKER_ENV, name=str(self.started), PORTAL_SIMULATED_SEED=str(self.started)
+            )
+            self.starting += 1
 
-        def start() -> None:
-            self.current = worker.start(timeout=60)
+            def start(worker=worker) -> None:
+                began = time.monotonic()
+                try:
+                    self.live.append(worker.start(timeout=60))
+                    self.start_seconds.append(time.monotonic() - began)
+                finally:
+                    self.starting -= 1
 
-        thread = threading.Thread(target=start, daemon=True)
-        thread.start()
+            threads.append(threading.Thread(target=start, daemon=True))
+            threads[-1].start()
         if wait:
-            thread.join()
+            for thread in threads:
+                thread.join()
 
     @property
     def up(self) -> bool:
-        return self.current is not None
+        return bool(self.live)
 
-    def kill(self) -> list[str]:
-        """SIGKILL the worker; the tasks it had received and not finished."""
-        worker, self.current = self.current, None
-        worker.kill()
+    @property
+    def full(self) -> bool:
+        return len(self.live) == self.SIZE
+
+    @staticmethod
+    def in_hand(worker: Worker) -> list[str]:
+        """The tasks a worker has received and not finished."""
         lines = "".join(worker.output)
-        self.output.append(lines)
         received = {
             task_id: name
             for name, task_id in re.findall(r"Task (\S+)\[([0-9a-f-]+)\] received", lines)
@@ -172,11 +189,24 @@ class Workers:
         done = set(re.findall(r"Task \S+\[([0-9a-f-]+)\] (?:succeeded|retry|raised)", lines))
         return [name.rsplit(".", 1)[1] for task_id, name in received.items() if task_id not in done]
 
+    def kill_busy(self, rng: random.Random) -> list[str]:
+        """SIGKILL the worker with the most tasks in hand (any, if none has one), start its
+        successor; returns the tasks it took with it."""
+        busiest = max(len(self.in_hand(worker)) for worker in self.live)
+        worker = rng.choice([w for w in self.live if len(self.in_hand(w)) == busiest])
+        self.live.remove(worker)
+        worker.kill()
+        self.output.append("".join(worker.output))
+        self.fill()
+        return self.in_hand(worker)
+
     def stop(self) -> None:
-        if self.current is not None:
-            self.current.stop()
-            self.output.append("".join(self.current.output))
-            self.current = None
+        while self.starting:
+            time.sleep(0.1)
+        for worker in self.live:
+            worker.stop()
+            self.output.append("".join(worker.output))
+        self.live = []
 
 
 def live_cloud_hosts() -> dict[str, SimulatedHost]:
@@ -217,8 +247,9 @@ def test_a_worker_killed_between_host_and_start_and_during_recovery_leaves_no_jo
     cancelled: set[str] = set()
     held_for: dict[str, str] = {}  # job -> how its agent is held back
     next_beat = 0.0
+    tick_seconds: list[float] = []
 
-    def submit() -> Job:
+    def submit(*, held: str) -> Job:
         scenario = SCENARIOS[len(scenario_of) % len(SCENARIOS)]
         job = job_submit(
             requester=alice,
@@ -231,7 +262,17 @@ def test_a_worker_killed_between_host_and_start_and_during_recovery_leaves_no_jo
             time_limit_minutes=30,
         )
         scenario_of[str(job.pk)] = scenario
+        hold(job, held)
         return job
+
+    def hold(job: Job, how: str) -> None:
+        held_for[str(job.pk)] = how
+        for agent in agents.values():
+            if agent.job_id == str(job.pk):
+                agent.held = how
+
+    def release(job: Job) -> None:
+        hold(job, "")
 
     def tick() -> None:
         nonlocal next_beat
@@ -249,8 +290,8 @@ def test_a_worker_killed_between_host_and_start_and_during_recovery_leaves_no_jo
             job_id = str(Job.objects.filter(order_id=host.order_id).values_list("pk", flat=True)[0])
             agent = agents.get(key)
             if agent is None:
-                agent = agents[key] = HostAgent(host, scenario_of[job_id], errors)
-                agent.held = held_for.get(job_id, False)
+                agent = agents[key] = HostAgent(host, job_id, scenario_of[job_id], errors)
+                agent.held = held_for.get(job_id, "")
             agent.tick()
             if scenario_of[job_id] == "cancelled" and agent.sent >= 2 and job_id not in cancelled:
                 cancelled.add(job_id)
@@ -271,6 +312,7 @@ def test_a_worker_killed_between_host_and_start_and_during_recovery_leaves_no_jo
             for task in (tasks.reconcile, tasks.pass_jobs, tasks.drain_spot_events):
                 task.delay()
             next_beat = time.monotonic() + BEAT
+        tick_seconds.append(time.monotonic() - began)
         time.sleep(max(0.0, TICK - (time.monotonic() - began)))
 
     def tick_until(predicate, seconds: float):
@@ -310,58 +352,54 @@ def test_a_worker_killed_between_host_and_start_and_during_recovery_leaves_no_jo
 
     started = time.monotonic()
     landed: Counter[str] = Counter()
-    cut_short: Counter[str] = Counter()
-    workers.start_next(wait=True)
-    submit()
+    cut_short: dict[str, Counter[str]] = {HOST_RUNNING: Counter(), RECOVERING: Counter()}
+    workers.fill(wait=True)
     try:
+        job = submit(held="before asking")
         for trial in range(TRIALS):
-            job = submit()
-            tick_until(lambda: workers.up, 60)
-            if trial % 2 == 0:
-                # Aim at the first window: the job's host runs, its agent is held back (before
-                # or after it asked for the run) until the worker is dead.
-                key = str(job.pk)
-                held_for[key] = rng.choice(["before asking", "after asking"])
+            # The trial's job was submitted as the last kill's worker died, its agent held
+            # back: its host launches while the next worker starts.
+            aim = HOST_RUNNING if trial % 2 == 0 else RECOVERING
 
-                def host_running(job=job):
-                    return (
-                        Instance.objects.filter(
-                            order_id=job.order_id, status=Instance.Status.RUNNING
-                        )
-                        .values_list("pk", flat=True)
-                        .first()
-                    )
+            def host_running(job=job):
+                return (
+                    Instance.objects.filter(order_id=job.order_id, status=Instance.Status.RUNNING)
+                    .values_list("pk", flat=True)
+                    .first()
+                )
 
-                host_id = tick_until(host_running, 30)
+            host_id = tick_until(lambda: workers.full and host_running(), 60)
+            if aim == HOST_RUNNING:
+                # Its host runs, its agent is held back (before or after it asked for the run)
+                # until the worker is dead.
+                hold(job, rng.choice(["before asking", "after asking"]))
                 tick_until(lambda: False, rng.uniform(0.0, 0.5))
             else:
-                # Aim at a recovery: the cloud takes back a running job's host, beat sends its
-                # tasks at once, and the worker dies while reconcile, the job pass or the
-                # replacement's launch runs.
-                def a_running_job():
+                # The cloud takes its host back once the job runs; beat sends its tasks at once,
+                # and the worker dies while reconcile, the job pass or the replacement's launch
+                # runs.
+                release(job)
+
+                def job_running(job=job):
                     return (
-                        Job.objects.filter(status=J.RUNNING)
-                        .exclude(pk__in=list(cancelled))
-                        .exclude(host_id__in=list(gone))
+                        Job.objects.filter(pk=job.pk, status=J.RUNNING)
                         .values_list("host_id", flat=True)
                         .first()
                     )
 
-                host_id = tick_until(a_running_job, 30)
+                host_id = tick_until(job_running, 30)
                 if host_id:
                     take_back(str(host_id))
                     for task in (tasks.reconcile, tasks.pass_jobs):
                         task.delay()
                 tick_until(lambda: False, rng.uniform(0.0, 1.5))
             landed.update(windows_now())
-            cut_short.update(workers.kill())
-            if trial % 2 == 0:
-                if host_id and trial % 4 == 0:
-                    take_back(str(host_id))  # taken back before its job could start
-                held_for.pop(str(job.pk), None)
-                for agent in agents.values():
-                    agent.held = False
-            workers.start_next()
+            cut_short[aim].update(workers.kill_busy(rng))
+            if aim == HOST_RUNNING and host_id and trial % 4 == 0:
+                take_back(str(host_id))  # taken back before its job could start
+            release(job)
+            job = submit(held="before asking")
+        release(job)  # the job submitted after the last kill runs with no kill at all
         trials_took = time.monotonic() - started
 
         # --- no more kills: a worker and beat until every job has ended and its hosts too ---
@@ -389,11 +427,14 @@ def test_a_worker_killed_between_host_and_start_and_during_recovery_leaves_no_jo
     print(
         f"\njob chaos: {TRIALS} SIGKILLs in {trials_took:.0f} s over {len(jobs)} spot jobs; "
         f"kills landed {HOST_RUNNING}: {landed[HOST_RUNNING]}/{TRIALS}, "
-        f"{RECOVERING}: {landed[RECOVERING]}/{TRIALS}; tasks cut short: {dict(cut_short)}\n"
+        f"{RECOVERING}: {landed[RECOVERING]}/{TRIALS}; tasks the killed worker had in hand, "
+        f"by the window aimed at: { {aim: dict(cut) for aim, cut in cut_short.items()} }\n"
         f"hosts taken back {sum(interrupted.values())}, recoveries {recoveries} "
         f"({with_recoveries} jobs); settled in {settle_took:.1f} s; ends by scenario "
-        f"{dict(ends)}; jobs with two live runs {len(set(two_live_runs))}; hosts handed one "
-        f"job's run twice {runs_per_host}; cloud hosts left {live_cloud.count()}"
+        f"{dict(ends)}\nworkers took {statistics.median(workers.start_seconds):.1f} s to start "
+        f"(median); agents' tick {statistics.median(tick_seconds):.2f} s (median); jobs with two "
+        f"live runs {len(set(two_live_runs))}; hosts handed one job's run twice "
+        f"{runs_per_host}; cloud hosts left {live_cloud.count()}"
     )
     assert errors == []
     assert two_live_runs == [], "a job ran on two hosts at once"

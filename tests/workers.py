@@ -67,9 +67,11 @@ def purge_queues() -> None:
 class Worker:
     """`celery -A portal worker` in its own process group, so SIGKILL takes all of it down."""
 
-    def __init__(self, *, beat: bool = False, **env: str) -> None:
+    def __init__(self, *, beat: bool = False, name: str = "", **env: str) -> None:
         # beat=True embeds Celery beat (-B) with the database schedule, as production's beat.
+        # name: tells workers running side by side apart (a node name each).
         self.beat = beat
+        self.name = name
         self.env = {
             **os.environ,
             "DATABASE_URL": database_url(),
@@ -109,7 +111,7 @@ class Worker:
                 "--without-mingle",
                 "--without-heartbeat",
                 "--hostname",
-                f"test-{os.getpid()}@%h",
+                f"test-{os.getpid()}{'-' + self.name if self.name else ''}@%h",
                 *(["--beat"] if self.beat else []),
             ],
             cwd=ROOT,

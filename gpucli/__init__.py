@@ -4,12 +4,19 @@ laptop with the project's ``cli`` extra (tests/test_layout.py holds it to that).
 
 from __future__ import annotations
 
-from importlib import metadata
-
-try:
-    __version__ = metadata.version("gpu-portal")
-except metadata.PackageNotFoundError:  # run from a checkout that was never installed
-    __version__ = "0+checkout"
+from functools import cache
 
 # The API version this CLI was written against (the portal sends its own in API-Version).
 API_VERSION = "1.0.0"
+
+
+@cache
+def version() -> str:
+    """The installed project's version (importlib.metadata costs a tenth of a second at start,
+    so only the calls that send or print it pay it)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("gpu-portal")
+    except metadata.PackageNotFoundError:  # a checkout that was never installed
+        return "0+checkout"

@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 import httpx
 import typer
 
-from gpucli import API_VERSION, __version__
+from gpucli import API_VERSION, version
 from gpucli.config import PROJECT_VARIABLE, TOKEN_VARIABLE, URL_VARIABLE, Settings, load
 
 EXIT_REFUSED = 1
@@ -48,7 +48,7 @@ def newer_api_warning(served: str | None) -> str | None:
     else:
         consequence = "new fields and filters are not shown"
     return (
-        f"warning: the portal's API is version {served} and this gpu ({__version__}) knows "
+        f"warning: the portal's API is version {served} and this gpu ({version()}) knows "
         f"{API_VERSION}: {consequence}. Upgrade gpu (pip install -U 'gpu-portal[cli]')."
     )
 
@@ -66,7 +66,7 @@ class Portal:
                 EXIT_USAGE,
             )
         self.url = settings.url
-        headers = {"User-Agent": f"gpu-cli/{__version__}", "Accept": "application/json"}
+        headers = {"User-Agent": f"gpu-cli/{version()}", "Accept": "application/json"}
         if settings.token:
             headers["Authorization"] = f"Bearer {settings.token}"
         self.http = httpx.Client(base_url=self.url, headers=headers, timeout=TIMEOUT_SECONDS)

@@ -23,7 +23,7 @@ from gpucli.client import (
     default_project,
     fail,
 )
-from gpucli.hosts import public_key
+from gpucli.orders import public_key
 from gpucli.output import JsonOption, choices, fields, note, out, print_json, table, waiting, when
 
 jobs_app = typer.Typer(

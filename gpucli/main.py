@@ -1,6 +1,6 @@
 """``gpu``: the portal from a terminal. The app, the guard that keeps tokens off the command
-line, signing in and out, and the verbs of the other modules (catalog and hosts in hosts.py,
-jobs in jobs.py, pools, costs and approvals in reports.py)."""
+line, signing in and out, and the verbs of the other modules (the catalog and ordering in
+orders.py, hosts in hosts.py, jobs in jobs.py, pools, costs and approvals in reports.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import typer
 from typer.core import TyperGroup
 
-from gpucli import __version__, config, hosts, jobs, reports
+from gpucli import config, hosts, jobs, orders, reports, version
 from gpucli.client import EXIT_REFUSED, EXIT_USAGE, Portal, fail
 from gpucli.config import TOKEN_PREFIX, TOKEN_VARIABLE, Settings
 from gpucli.output import JsonOption, fields, note, print_json, when
@@ -55,13 +55,13 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"gpu {__version__}")
+        typer.echo(f"gpu {version()}")
         raise typer.Exit()
 
 
 @app.callback()
 def root(
-    version: Annotated[
+    show_version: Annotated[
         bool,
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
     ] = False,
@@ -220,6 +220,7 @@ def logout(
         note(f"note: {TOKEN_VARIABLE} is still set in this shell.")
 
 
+orders.register(app)
 hosts.register(app)
 jobs.register(app)
 reports.register(app)

@@ -21,8 +21,7 @@ class Gpu:
     def __init__(self, tmp_path: Path) -> None:
         self.home = tmp_path / "home"
         self.config = tmp_path / "config"
-        self.home.mkdir()
-        (self.home / ".ssh").mkdir()
+        (self.home / ".ssh").mkdir(parents=True)
         self.key = self.home / ".ssh" / "id_ed25519.pub"
         self.key.write_text(ED25519 + "\n")
         self.env = {

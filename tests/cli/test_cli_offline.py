@@ -4,7 +4,9 @@ the small rules (durations, the API version comparison)."""
 
 from __future__ import annotations
 
+import importlib
 import socket
+import tomllib
 
 import pytest
 import typer
@@ -13,6 +15,7 @@ from typer.testing import CliRunner
 from gpucli.client import newer_api_warning
 from gpucli.main import app
 from gpucli.output import hours
+from tests.cli.conftest import ROOT
 
 VERBS = [
     ["login"],
@@ -41,6 +44,18 @@ VERBS = [
     ["jobs", "cancel"],
     ["jobs", "rerun"],
 ]
+
+
+def test_the_console_script_is_this_app():
+    """make install (pip install -e .) makes .venv/bin/gpu from pyproject's entry."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    module, _, name = project["project"]["scripts"]["gpu"].partition(":")
+    assert getattr(importlib.import_module(module), name) is app
+    assert {"typer", "httpx", "rich"} <= {
+        requirement.split(">")[0].split("[")[0]
+        for requirement in project["project"]["optional-dependencies"]["cli"]
+    }
+    assert "gpucli*" in project["tool"]["setuptools"]["packages"]["find"]["include"]
 
 
 def test_gpu_help_lists_every_verb_and_the_exit_codes(gpu):

@@ -13,11 +13,13 @@ import pytest
 from django.utils import timezone
 
 from instances import services
-from instances.models import Instance, Job
+from instances.models import Instance, Job, Order
 from instances.providers.simulated_agents import host_agents
+from instances.services.approvals import approval_policy_set
 from instances.services.quotas import quota_set
 from portal.models import ApiToken
 from portal.services import token_revoke
+from tests.cli.conftest import Gpu
 from tests.workers import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -235,3 +237,34 @@ def test_a_jobs_output_is_followed_to_its_end_and_a_failure_exits_3(
     # Read again later, the whole log comes back the same, and gpu logs needs no -f to end.
     again = gpu("jobs", "logs", str(job.pk)[:6])
     assert again.returncode == 0 and again.stdout == stdout
+
+    rerun = gpu("jobs", "rerun", str(job.pk), "--json")
+    assert rerun.returncode == 0, rerun.stderr
+    second = json.loads(rerun.stdout)
+    assert second["rerun_of"] == str(job.pk) and second["status"] == "pending"
+    cancel = gpu("jobs", "cancel", second["id"][:8])
+    assert cancel.returncode == 0 and "cancelled" in cancel.stderr
+
+
+def test_an_order_waiting_for_approval_is_decided_from_the_terminal(
+    gpu, live_server, alice, ada, catalog, projects, token_of, tmp_path
+):
+    approval_policy_set(project=projects["vision-lab"], actor=ada, gpus_above=0)
+    gpu.connect(live_server.url, token_of(alice))
+    waiting = gpu.popen("order", "g5.xlarge", "--image", IMAGE, "--wait")
+    order = wait_for(_held_order, timeout=30)
+
+    deciders = Gpu(tmp_path / "ada").connect(live_server.url, token_of(ada))
+    listed = json.loads(deciders("approvals", "--json").stdout)
+    assert [row["id"] for row in listed] == [str(order.pk)]
+    reject = deciders("approvals", "reject", str(order.pk)[:8], "--reason", "use spot for this")
+    assert reject.returncode == 0, reject.stderr
+
+    stdout, stderr = waiting.communicate(timeout=30)
+    assert waiting.returncode == 1
+    assert f"Order {order.pk} was rejected: use spot for this" in stderr
+    assert stdout == ""
+
+
+def _held_order() -> Order | None:
+    return Order.objects.filter(status="pending_approval").first()

@@ -5,6 +5,7 @@ orders.py, hosts in hosts.py, jobs in jobs.py, pools, costs and approvals in rep
 from __future__ import annotations
 
 import getpass
+import os
 import socket
 import sys
 import webbrowser
@@ -146,7 +147,7 @@ def login(
         token = response.json()["token"]
     else:
         note(f"Create a token on {page} and paste it here.")
-        if not (no_browser or stdin):
+        if not (no_browser or stdin) and _has_desktop():
             webbrowser.open(page)
         token = _read_secret("Token (not shown): ", stdin)
     if not token.startswith(TOKEN_PREFIX):
@@ -166,6 +167,14 @@ def login(
     note(f"Signed in to {url} with {name}{expires}. Saved in {path}.")
     if config.load().token != token:
         note(f"note: {TOKEN_VARIABLE} is set in this shell and overrides the saved token.")
+
+
+def _has_desktop() -> bool:
+    """Whether a browser window can open here: without a display, Python's webbrowser would
+    start a text browser (lynx, w3m) in this very terminal, over the prompt."""
+    if sys.platform in ("darwin", "win32"):
+        return True
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
 def _token_name() -> str:

@@ -9,6 +9,9 @@
   hash per value): a style anyone else writes, or any script, is still refused there.
 - ``MetricsMiddleware``: counts and times every answer by route pattern (``/metrics`` itself is
   portal/views/metrics.py).
+- ``ApiVersionMiddleware``: every ``/api/`` answer says the API's version in ``API-Version``
+  (the schema's ``info.version``), so a client such as ``gpu`` learns it from any call it makes
+  and can warn that it is older than the API, without fetching the schema.
 - ``RejectNulMiddleware``: no value with a NUL byte reaches a lookup. (Every page needs a login
   through Django's own LoginRequiredMiddleware; DRF marks its views login-not-required, so the
   API answers 401 itself, and the schema and its docs are public.)
@@ -26,6 +29,7 @@ from pathlib import Path
 import rest_framework
 from csp.middleware import CSPMiddleware as BaseCSPMiddleware
 from csp.middleware import PolicyParts
+from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.request import UnreadablePostError
@@ -117,6 +121,20 @@ class MetricsMiddleware:
         method = request.method if request.method in self.METHODS else "other"
         REQUESTS.labels(route, method, str(response.status_code)).inc()
         REQUEST_SECONDS.labels(route, method).observe(elapsed)
+        return response
+
+
+class ApiVersionMiddleware:
+    """``API-Version`` on every answer under ``/api/``, errors included: the version the schema
+    states (SPECTACULAR_SETTINGS["VERSION"]), one value for both."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if request.path.startswith("/api/"):
+            response["API-Version"] = settings.SPECTACULAR_SETTINGS["VERSION"]
         return response
 
 

@@ -295,6 +295,43 @@ def test_every_topic_word_names_a_module():
         assert sorted(idiom.topics - used) == [], app
 
 
+# The gpu command-line tool installs on a laptop without Django (pyproject's cli extra): it
+# talks to the portal only through the REST API, never by importing it.
+CLI_PACKAGE = "gpucli"
+CLI_FORBIDDEN = ("django", "rest_framework", "celery", *LAYERS, "tests")
+
+
+def _cli_imports() -> dict[str, set[str]]:
+    found = {}
+    for path in sorted((ROOT / CLI_PACKAGE).rglob("*.py")):
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names.add(node.module or "")
+        found[str(path.relative_to(ROOT))] = names
+    return found
+
+
+def test_the_cli_imports_neither_django_nor_the_portals_apps():
+    wrong = {
+        module: sorted(name for name in names if name.split(".")[0] in CLI_FORBIDDEN)
+        for module, names in _cli_imports().items()
+    }
+    assert {module: names for module, names in wrong.items() if names} == {}
+    assert "gpucli/main.py" in wrong
+
+
+def test_no_cli_module_past_the_size_a_reader_can_hold():
+    long = {
+        str(path.relative_to(ROOT)): count
+        for path in (ROOT / CLI_PACKAGE).rglob("*.py")
+        if (count := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert long == {}
+
+
 def test_the_checks_see_what_they_should():
     """The graph resolves the shapes of import the code uses, and a cycle is found."""
     graph = _graph()

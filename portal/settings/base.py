@@ -78,6 +78,8 @@ MIDDLEWARE = [
     # Outermost after audit, so every answer of the middleware below carries both headers.
     "portal.middleware.CSPMiddleware",
     "django_permissions_policy.PermissionsPolicyMiddleware",
+    # The API's version on every /api/ answer, 401s and 404s included (clients warn on it).
+    "portal.middleware.ApiVersionMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

@@ -20,7 +20,7 @@ $(VENV)/.installed: pyproject.toml requirements-dev.lock
 LOCK := $(VENV)/bin/uv pip compile pyproject.toml --python-version 3.11 --universal --quiet
 lock:
 	$(VENV)/bin/pip install --quiet uv
-	$(LOCK) $(if $(UPGRADE),--upgrade) --extra dev -o requirements-dev.lock
+	$(LOCK) $(if $(UPGRADE),--upgrade) --extra dev --extra cli -o requirements-dev.lock
 	$(LOCK) -c requirements-dev.lock -o requirements.lock
 
 node_modules/.package-lock.json: package-lock.json

@@ -35,7 +35,11 @@ def requirements(*groups: list[str]) -> list[Requirement]:
         ("requirements.lock", requirements(PROJECT["dependencies"])),
         (
             "requirements-dev.lock",
-            requirements(PROJECT["dependencies"], PROJECT["optional-dependencies"]["dev"]),
+            requirements(
+                PROJECT["dependencies"],
+                PROJECT["optional-dependencies"]["dev"],
+                PROJECT["optional-dependencies"]["cli"],  # the checkout has the gpu command
+            ),
         ),
     ],
 )

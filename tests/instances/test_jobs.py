@@ -404,3 +404,27 @@ def test_the_job_detail_sums_its_hosts_costs(submit, api_as, alice, clock):
     assert body["cost"] == body["hosts"][0]["cost_so_far"]
     assert Decimal(body["cost"]) > 0
     assert body["runs"][0]["number"] == 1 and body["status"] == "running"
+
+
+def test_a_pending_jobs_host_taken_back_unreplaced_gets_its_replacement_from_the_pass(
+    submit, monkeypatch
+):
+    """A worker killed between recording the interruption and starting the replacement (found
+    by the job chaos test's reading): the job pass starts it, and the job waits for it."""
+    from instances.services import spot_recovery
+
+    job = submit()
+    host = boot(job)
+    SimulatedProvider().interrupt(host.cloud_id)
+    with monkeypatch.context() as patch:
+        patch.setattr(spot_recovery, "replacement_start", lambda **kwargs: None)
+        services.instance_sync(instance_id=host.pk)
+    host.refresh_from_db()
+    assert host.status == H.TERMINATED and host.replaced_by is None
+    assert jobs_pass()["host_lost"] == 1
+    job.refresh_from_db()
+    replacement = host.replacements.get()
+    assert job.status == J.PENDING and job.recoveries == 0
+    assert job.events.filter(reason=f"waits for host {replacement.name}").exists()
+    assert not any(jobs_pass().values())  # once
+    assert host.replacements.count() == 1

@@ -156,6 +156,14 @@ def _repair(job: Job, now) -> str | None:
             job = job_recover(job=job, host=last, reason=f"host {last.name} ended")
             if job.status == Job.Status.RECOVERING:
                 return "host_lost"
+        taken_back = last.events.filter(new_status=Instance.Status.INTERRUPTED).exists()
+        if taken_back and last.replaced_by is None:
+            # Taken back before the job ran on it, and the spot recovery that replaces it did
+            # not get to (a worker died between the two): the job waits for the replacement.
+            replacement = replacement_start(instance_id=last.pk, why="interruption")
+            if replacement is not None:
+                job_note(job=job, note=f"waits for host {replacement.name}", host=replacement)
+                return "host_lost"
         job_transition(
             job=job,
             to=Job.Status.FAILED,

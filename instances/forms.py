@@ -427,6 +427,11 @@ class JobForm(forms.Form):
     keep_host_minutes = forms.IntegerField(
         initial=0, error_messages={"invalid": "Minutes as a whole number, 0 for none."}
     )
+    workdir_tarball = forms.FileField(
+        required=False, widget=forms.ClearableFileInput(attrs={"accept": ".tar,.tar.gz,.tgz"})
+    )
+    workdir_git = forms.CharField(required=False, max_length=2000)
+    workdir_ref = forms.CharField(required=False, max_length=200)
     submission = forms.UUIDField(widget=forms.HiddenInput, initial=uuid.uuid4)
 
     def __init__(self, *args, user, **kwargs):

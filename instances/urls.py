@@ -35,6 +35,7 @@ urlpatterns = [
     # The job's TensorBoard: its page, and everything under it (its assets and data).
     path("tensorboard/<uuid:pk>/", jobs.job_tensorboard, name="job-tensorboard"),
     path("tensorboard/<uuid:pk>/<path:rest>", jobs.job_tensorboard, name="job-tensorboard-data"),
+    path("font-roboto/<str:name>", jobs.tensorboard_font, name="tensorboard-font"),
     path("orders/<uuid:pk>/cancel/", hosts.held_order_cancel, name="held-order-cancel"),
     path("pools/", pools.pools_page, name="pools"),
     path("pools/new/", pools.pool_new, name="pool-new"),

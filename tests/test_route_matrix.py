@@ -91,6 +91,7 @@ EXPECTED: dict[tuple[str, str], tuple[int, ...]] = {
     ("job-metrics", "GET"): (200, 200, 404, 200, 200, 302),
     ("job-tensorboard", "GET"): (200, 200, 404, 200, 200, 302),
     ("job-tensorboard-data", "GET"): (200, 200, 404, 200, 200, 302),
+    ("tensorboard-font", "GET"): (200, 200, 200, 200, 200, 302),
     ("job-page-cancel", "POST"): (302, 403, 404, 302, 403, 302),
     ("job-page-rerun", "POST"): (302, 403, 404, 302, 403, 302),
     # Pool pages: members of the pool's project read it; its creator, managers, admins change it.
@@ -440,6 +441,7 @@ def _request(world, name: str, method: str) -> tuple[str, dict]:
             )
         },
         "job-tensorboard-data": {"pk": world["job"].pk, "rest": "data/runs"},
+        "tensorboard-font": {"name": "oMMgfZMQthOryQo9n22dcuvvDin1pK8aKteLpeZ5c0A.woff2"},
         "pool-detail": {"pk": world["pool"].pk},
         "pool-events": {"pk": world["pool"].pk},
         "pool-schedules": {"pk": world["pool"].pk},

@@ -7,16 +7,15 @@ cloud-init installs this file as /usr/local/bin/portal-gpu-agent with the host's
 systemd timer runs it every minute. It reads each GPU from nvidia-smi (the host's totals beside
 each GPU's own), keeps the readings in a spool until the portal accepts them, and drops (with a
 line in the journal) only the readings the portal refused as malformed, posting the rest again:
-nothing is lost without a word on either side. It runs on the host's python3, which may be
-older than the portal's (3.8), with the standard library only.
+nothing is lost without a word on either side. It runs on the host's python3 (3.8 or later)
+with the standard library only.
 
-``jobs`` is a long-running service of its own (instances/lib/agent.py): it asks the portal for
-the run it should run, runs it in its own process group with its log on disk, sends the log
-bytes the portal lacks and the TensorBoard scalars the run writes (tfevents.py, installed
-beside this file), stops the run (its stop signal, its grace, then SIGKILL) when the portal, a
-spot warning from IMDS or systemd says so, and reports its exit until the portal has it. Each
-run's state is in its folder (job.pid, exit-<run>.json), so an agent restarted after a crash
-adopts a live run and re-sends a saved exit instead of running a run twice."""
+``jobs``, a service of its own (instances/lib/agent.py), asks the portal for the run to run,
+puts its working folder in place (workdir.py), runs it in its own process group with its log on
+disk, sends the log bytes and TensorBoard scalars (tfevents.py) the portal lacks, stops it (its
+stop signal, its grace, then SIGKILL) when the portal, IMDS or systemd says so, and reports its
+exit until the portal has it. Each run's state is in its folder (job.pid, exit-<run>.json): a
+restarted agent adopts a live run and re-sends a saved exit, and never runs a run twice."""
 
 import base64
 import contextlib
@@ -32,6 +31,7 @@ import urllib.error
 import urllib.request
 
 from tfevents import Scalars
+from workdir import prepare
 
 SPOOL = "/var/lib/portal-agent/spool.jsonl"
 
@@ -113,8 +113,7 @@ def main() -> None:
 
 
 def post(url, host, token, readings):
-    """POST the batch: None once stored, the portal's answer (a dict) when it refused the batch
-    as malformed (400); any other refusal raises, and the spool is kept."""
+    """POST the batch: None once stored, the 400's answer (a dict); else raise (spool kept)."""
     request = urllib.request.Request(
         f"{url}/api/v1/instances/{host}/metrics/",
         data=json.dumps({"readings": readings}).encode(),
@@ -147,6 +146,7 @@ def refused_positions(answer):
 
 WORKDIR = "/var/lib/portal-agent/jobs"
 SYNCED = ("--include", "checkpoints/*", "--include", "tensorboard/*")  # kept in its s3:// URI
+SYNC_ENV = ("PORTAL_CHECKPOINT_URI", "CHECKPOINT_DIR")
 TERMINATING = []  # SIGTERM (systemd stopping the agent): stop the run gracefully, then exit
 EXIT_KEYS = ("job", "run", "exit_code", "signal", "stopped", "interrupted")
 
@@ -295,9 +295,9 @@ class Run:
     def start(self):
         os.makedirs(self.folder, exist_ok=True)
         # What a restarted agent needs to adopt or settle this run (not the user's variables).
-        sync = ("PORTAL_CHECKPOINT_URI", "CHECKPOINT_DIR")
-        kept = {k: v for k, v in (self.spec.get("env") or {}).items() if k in sync}
-        write(os.path.join(self.folder, "job.json"), json.dumps(dict(self.spec, env=kept)))
+        kept = {k: v for k, v in (self.spec.get("env") or {}).items() if k in SYNC_ENV}
+        saved = dict(self.spec, env=kept, workdir=0)  # the working folder is in the folder
+        write(os.path.join(self.folder, "job.json"), json.dumps(saved))
         env = dict(os.environ)
         env.pop("PORTAL_AGENT_TOKEN", None)  # the job must never act as the host
         env.update({str(k): str(v) for k, v in (self.spec.get("env") or {}).items()})
@@ -305,12 +305,13 @@ class Run:
             if name in env:
                 env[name] = os.path.join(self.folder, env[name])
         open(self.log, "ab").close()  # from here on this run counts as started
+        ready = prepare(self.spec.get("workdir"), self.folder, self.note)  # 125: not ready
         if self.uri:
             os.makedirs(self.checkpoints, exist_ok=True)
             self.sync(self.uri, self.folder, wait=True)
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                ["sh", "-c", str(self.spec["command"])],
+                ["sh", "-c", str(self.spec["command"]) if ready else "exit 125"],
                 cwd=self.folder,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -399,8 +400,8 @@ class Run:
 
 
 def supervise(portal, run, imds, sync_every):
-    """Watch the run to its end: send its log, stop it when asked (its stop signal, its grace,
-    then SIGKILL to its whole group), sync its checkpoints, then settle its exit."""
+    """Watch the run to its end: send its log, stop it when asked (stop signal, grace, SIGKILL
+    to its group), sync its folders, then settle its exit."""
     reason, kill_at, started = None, None, False
     next_post = next_imds = 0.0
     next_sync = time.monotonic() + sync_every
@@ -470,10 +471,9 @@ def report_exit(portal, run, outcome):
 
 
 def settle(portal, run, imds, sync_every, asked=False):
-    """Bring the run to a reported end without ever running it twice: a saved exit is sent
-    (again, when the portal asks for the run again), a live process adopted, a run started
-    before that left neither (a reboot) is reported as ended unknown; only a run the portal
-    ``asked`` for and never started here starts."""
+    """Bring the run to a reported end, never running it twice: a saved exit is sent (again,
+    when asked for the run again), a live process adopted, a run that left neither (a reboot)
+    reported as ended unknown; only a run ``asked`` for and never started here starts."""
     saved = read_json(run.exit_path)
     if saved is not None:
         if asked or not saved.get("reported"):

@@ -19,7 +19,7 @@ from importlib.resources import files
 
 def agent_program(name: str = "portal_agent.py") -> str:
     """The agent program's text, as it is installed on a host (/usr/local/bin/portal-gpu-agent),
-    or of the module beside it (``tfevents.py``, which it imports)."""
+    or of a module beside it (``tfevents.py``, ``workdir.py``, which it imports)."""
     return files("instances.agent").joinpath(name).read_text(encoding="utf-8")
 
 
@@ -97,6 +97,7 @@ def agent_cloud_config(
         ("/usr/local/bin/portal-gpu-agent", "0755", packed(agent_program())),
         # Beside it: the script's folder is the first place its imports are looked for.
         ("/usr/local/bin/tfevents.py", "0644", packed(agent_program("tfevents.py"))),
+        ("/usr/local/bin/workdir.py", "0644", packed(agent_program("workdir.py"))),
         ("/etc/systemd/system/portal-gpu-agent.service", "0644", SERVICE),
         ("/etc/systemd/system/portal-gpu-agent.timer", "0644", TIMER),
         ("/etc/systemd/system/portal-job-agent.service", "0644", JOBS_SERVICE),

@@ -13,11 +13,13 @@ and the only folder one reads is the one the portal names for that job.
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 import threading
 import time
 import types
 import warnings
+import zipfile
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +31,7 @@ from instances.lib.checkpoints import backup_dir
 # The log folder's name in a job's checkpoint location, beside checkpoints/ (not inside it:
 # BackupAndRestore deletes its folder when training ends). The agent and the portal both use it.
 LOG_FOLDER = "tensorboard"
+FONT = re.compile(r"[A-Za-z0-9_-]{1,100}\.woff2")
 
 
 def logdir_of(checkpoint_uri: str) -> str:
@@ -102,3 +105,17 @@ def tensorboard_app(*, logdir: str, path_prefix: str) -> Callable:
         _BOARDS.move_to_end(key)
     board.refresh()
     return board.app
+
+
+def tensorboard_font(name: str) -> bytes | None:
+    """A font of TensorBoard's own assets, which its pages ask for at /font-roboto/<name>
+    whatever their prefix; None for a name it does not have."""
+    if not FONT.fullmatch(name):
+        return None
+    from tensorboard import assets
+
+    with zipfile.ZipFile(assets.get_default_assets_zip_provider()()) as bundle:
+        try:
+            return bundle.read(f"font-roboto/{name}")
+        except KeyError:
+            return None

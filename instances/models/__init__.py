@@ -23,7 +23,15 @@ from instances.models.hosts import (
     InstanceQuerySet,
 )
 from instances.models.idle import IdlePolicy
-from instances.models.jobs import Job, JobEvent, JobLogChunk, JobMarket, JobRun, JobScalar
+from instances.models.jobs import (
+    Job,
+    JobEvent,
+    JobLogChunk,
+    JobMarket,
+    JobRun,
+    JobScalar,
+    JobWorkdir,
+)
 from instances.models.leases import LeaseNotice
 from instances.models.orders import (
     InterruptionPolicy,
@@ -67,6 +75,7 @@ __all__ = [
     "JobMarket",
     "JobRun",
     "JobScalar",
+    "JobWorkdir",
     "LeaseNotice",
     "Market",
     "Order",

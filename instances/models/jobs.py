@@ -71,6 +71,10 @@ class Job(models.Model):
     keep_host_minutes = models.PositiveIntegerField(
         default=0, help_text="How long a failed job's last host is kept for its owner to look"
     )
+    # The working folder the command starts in (beside its checkpoints): the files of a
+    # tarball uploaded with the job (JobWorkdir), or of a git repository the agent clones.
+    workdir_git = models.CharField(max_length=2000, blank=True)
+    workdir_ref = models.CharField(max_length=200, blank=True)
     # A re-run copies the settings of the job it re-runs.
     rerun_of = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reruns"
@@ -203,3 +207,19 @@ class JobScalar(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tag}@{self.step}={self.value} of {self.job_id}"
+
+
+class JobWorkdir(models.Model):
+    """A job's uploaded working folder, a tar archive (gzipped or not) its hosts' agents fetch
+    and unpack before the first run on each host; kept apart so that reading jobs never loads
+    it."""
+
+    job = models.OneToOneField(
+        Job, primary_key=True, on_delete=models.CASCADE, related_name="workdir"
+    )
+    data = models.BinaryField()
+    size = models.PositiveIntegerField()
+    sha256 = models.CharField(max_length=64)
+
+    def __str__(self) -> str:
+        return f"working folder of {self.job_id} ({self.size} bytes)"

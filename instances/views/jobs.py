@@ -9,6 +9,7 @@ import io
 import re
 import uuid
 
+from django.conf import settings
 from django.contrib import messages
 from django.http import (
     Http404,
@@ -92,8 +93,10 @@ def job_new(request: HttpRequest) -> HttpResponse:
             "max_restarts": source.max_restarts,
             "retry_exit_codes": ", ".join(str(c) for c in source.retry_exit_codes),
             "keep_host_minutes": source.keep_host_minutes,
+            "workdir_git": source.workdir_git,
+            "workdir_ref": source.workdir_ref,
         }
-    form = JobForm(request.POST or None, user=request.user, initial=initial)
+    form = JobForm(request.POST or None, request.FILES or None, user=request.user, initial=initial)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         with form_errors(form):
@@ -111,12 +114,20 @@ def job_new(request: HttpRequest) -> HttpResponse:
                 max_restarts=data["max_restarts"],
                 retry_exit_codes=data["retry_exit_codes"],
                 keep_host_minutes=data["keep_host_minutes"],
+                # Read up to one byte past the cap: the service says it is over (it never
+                # holds more than that in memory).
+                workdir=upload.read(settings.PORTAL_JOB_WORKDIR_MAX_BYTES + 1)
+                if (upload := data["workdir_tarball"])
+                else None,
+                workdir_git=data["workdir_git"].strip(),
+                workdir_ref=data["workdir_ref"].strip(),
                 idempotency_key=f"job-page-{data['submission']}",
             )
             messages.success(request, f"Job {job.name} submitted: {job.status_reason}.")
             return redirect("job", pk=job.pk)
     status = 400 if request.method == "POST" else 200
-    return render(request, "instances/job_new.html", {"form": mark_invalid(form)}, status=status)
+    context = {"form": mark_invalid(form), "workdir_max": settings.PORTAL_JOB_WORKDIR_MAX_BYTES}
+    return render(request, "instances/job_new.html", context, status=status)
 
 
 def _uuid(text: str):
@@ -263,4 +274,15 @@ def job_tensorboard(request: HttpRequest, pk, rest: str = "") -> HttpResponse:
     for name, value in answer["headers"]:
         if name.lower() not in HOP_BY_HOP:
             response[name] = value
+    return response
+
+
+def tensorboard_font(request: HttpRequest, name: str) -> HttpResponse:
+    """The fonts TensorBoard's pages load from /font-roboto/ (its own assets; a signed-in
+    user's, like the boards that use them)."""
+    data = tensorboard.tensorboard_font(name)
+    if data is None:
+        raise Http404("TensorBoard has no such font.")
+    response = HttpResponse(data, content_type="font/woff2")
+    response["Cache-Control"] = "private, max-age=86400"
     return response

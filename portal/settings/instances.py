@@ -386,6 +386,12 @@ PORTAL_JOB_LOG_CAP_BYTES = env_int(
     help="Bytes of a job's output the portal keeps; the rest stays in the log file on its "
     "host, and the job page says so.",
 )
+PORTAL_JOB_WORKDIR_MAX_BYTES = env_int(
+    "PORTAL_JOB_WORKDIR_MAX_BYTES",
+    512 * 1024,
+    help="The largest working folder a job may upload (a tar archive, gzipped or not), in "
+    "bytes; a larger project goes in a git repository the job names instead.",
+)
 PORTAL_JOB_MAX_TIME_LIMIT_MINUTES = env_int(
     "PORTAL_JOB_MAX_TIME_LIMIT_MINUTES",
     PORTAL_LEASE_MAX_HOURS * 60,

@@ -393,3 +393,46 @@ def test_the_agent_is_written_for_the_hosts_python_3_8():
     source = AGENT.read_text()
     ast.parse(source, feature_version=(3, 8))
     assert len(source.splitlines()) < 520
+
+
+def test_the_working_folder_is_unpacked_where_the_command_starts(portal, agent, workdir):
+    from tests.instances.test_jobs import b64_tar
+
+    files = {"data/labels.txt": b"cat\n", "train.sh": b"echo trained\n"}
+    portal.jobs = [spec("cat data/labels.txt; sh train.sh", workdir={"tarball": b64_tar(files)})]
+    agent()
+    wait_for(lambda: portal.exits)
+    assert bytes(portal.log) == b"cat\ntrained\n" and portal.exits[0]["exit_code"] == 0
+    saved = json.loads((workdir / JOB / "job.json").read_text())
+    assert saved["workdir"] == 0  # the archive is unpacked, not kept twice
+
+
+def test_a_git_working_folder_is_cloned_once_per_host(portal, agent, workdir, tmp_path):
+    repo = tmp_path / "repo"
+    git = ["git", "-C", str(repo), "-c", "user.name=a", "-c", "user.email=a@b"]
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    (repo / "train.sh").write_text("echo from git\n")
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "one"], check=True)
+    gone = {"git": str(tmp_path / "gone"), "ref": ""}
+    portal.jobs = [
+        spec("sh train.sh", workdir={"git": str(repo), "ref": "main"}),
+        # The next run on this host finds the folder in place: nothing is fetched again.
+        spec("sh train.sh; echo run 2", run=2, workdir=gone),
+    ]
+    agent()
+    wait_for(lambda: len(portal.exits) == 2)
+    assert (workdir / JOB / "run-1.log").read_bytes() == b"from git\n"
+    assert (workdir / JOB / "run-2.log").read_bytes() == b"from git\nrun 2\n"
+    assert [exit["exit_code"] for exit in portal.exits] == [0, 0]
+
+
+def test_a_working_folder_that_cannot_be_fetched_fails_the_run_with_125_and_says_why(
+    portal, agent, workdir, tmp_path
+):
+    portal.jobs = [spec("echo never", workdir={"git": str(tmp_path / "no-such-repo"), "ref": ""})]
+    agent()
+    wait_for(lambda: portal.exits)
+    log = bytes(portal.log).decode()
+    assert "never" not in log and portal.exits[0]["exit_code"] == 125
+    assert "[portal-agent] the working folder could not be fetched: git fetch" in log

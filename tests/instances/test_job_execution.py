@@ -147,3 +147,22 @@ def test_cancel_stops_the_command_and_its_host_takes_the_agent_with_it(
     services.instance_cloud_action(instance_id=host.pk, action="terminate")
     wait_for(lambda: not host_agents().job_pids(host.pk), seconds=15, what="the job to stop")
     assert host_agents().pid(host.pk) is None
+
+
+def test_a_jobs_uploaded_working_folder_is_where_its_command_runs(agents, alice, projects, catalog):
+    from tests.instances.test_jobs import tar
+
+    folder = tar(
+        {
+            "train.sh": b'echo "training in $(basename $(pwd))"; cat config/lr\n',
+            "config/lr": b"0.001\n",
+        }
+    )
+    job = submit(
+        alice, projects, catalog, market="on_demand", command="sh train.sh", workdir=folder
+    )
+    boot(job)
+    wait_for(lambda: Job.objects.get(pk=job.pk).is_ended, what="the end of the job")
+    job.refresh_from_db()
+    assert job.status == Job.Status.SUCCEEDED, log_of(job)
+    assert f"training in {job.pk}\n0.001\n" in log_of(job)

@@ -120,3 +120,27 @@ def test_cancel_and_rerun_from_the_page(alice, bob, catalog):
     answer = client.post(f"/jobs/{job.pk}/rerun/")
     new = Job.objects.exclude(pk=job.pk).get()
     assert answer["Location"] == f"/jobs/{new.pk}/" and new.rerun_of == job
+
+
+def test_a_working_folder_uploaded_from_the_page_goes_with_the_job_or_says_why_not(
+    alice, catalog, settings
+):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from tests.instances.test_jobs import tar
+
+    archive = tar({"train.py": b"print(1)\n"})
+    client = signed_in(alice)
+    assert 'enctype="multipart/form-data"' in client.get("/jobs/new/").content.decode()
+    upload = SimpleUploadedFile("code.tar.gz", archive, content_type="application/gzip")
+    answer = client.post("/jobs/new/", {**FORM, "workdir_tarball": upload})
+    job = Job.objects.get()
+    assert answer.status_code == 302 and bytes(job.workdir.data) == archive
+    settings.PORTAL_JOB_WORKDIR_MAX_BYTES = 100
+    big = SimpleUploadedFile("big.tar", tar({"x": bytes(4096)}, gz=False))
+    other = {**FORM, "submission": "0b6f8d8e-2b3e-4a3c-9c1f-6a7d2e9f4b10", "workdir_tarball": big}
+    answer = client.post("/jobs/new/", other)
+    assert answer.status_code == 400
+    page = answer.content.decode()
+    assert 'id="id_workdir_tarball-error"' in page and "over the 100 bytes a job may upload" in page
+    assert Job.objects.count() == 1

@@ -129,3 +129,12 @@ def test_the_log_folder_is_the_one_beside_the_checkpoints():
     )
     assert tensorboard.logdir_of("file:///var/ck/p/o1/") == "/var/ck/p/o1/tensorboard/"
     assert tensorboard.logdir_of("") == ""
+
+
+def test_tensorboards_fonts_load_from_its_own_assets_and_nothing_else_does(alice):
+    font = browser(alice).get("/font-roboto/oMMgfZMQthOryQo9n22dcuvvDin1pK8aKteLpeZ5c0A.woff2")
+    assert font.status_code == 200 and font["Content-Type"] == "font/woff2"
+    assert font.content[:4] == b"wOF2"
+    for name in ("roboto.html", "nope.woff2", "..%2Findex.html"):
+        assert browser(alice).get(f"/font-roboto/{name}").status_code == 404
+    assert Client().get("/font-roboto/nope.woff2").status_code == 302  # signed in only

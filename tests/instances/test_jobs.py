@@ -5,6 +5,8 @@ lost host, restarts, cancel, re-run, who may do what, and the job pass."""
 from __future__ import annotations
 
 import base64
+import io
+import tarfile
 from datetime import timedelta
 from decimal import Decimal
 
@@ -21,6 +23,27 @@ from portal.models import Notice
 
 J = Job.Status
 H = Instance.Status
+GIT = "https://git.example.org/lab/project.git"
+
+
+def tar(files: dict[str, bytes | str], *, gz: bool = True) -> bytes:
+    """A tar archive of ``files`` (name: content, or a str: a symbolic link to it), as a
+    researcher would upload one."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz" if gz else "w") as archive:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            if isinstance(data, str):
+                info.type, info.linkname = tarfile.SYMTYPE, data
+                archive.addfile(info)
+            else:
+                info.size = len(data)
+                archive.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def b64_tar(files: dict[str, bytes | str], *, gz: bool = True) -> str:
+    return base64.b64encode(tar(files, gz=gz)).decode()
 
 
 @pytest.fixture(autouse=True)
@@ -350,6 +373,17 @@ def test_output_is_kept_exactly_resent_stretches_once_and_capped(submit, setting
         ({"instance_type": "p9.huge"}, "instance_type"),
         ({"project": "nlp-lab"}, "project"),
         ({"colour": "blue"}, "colour"),
+        ({"workdir_tarball": "not base64!"}, "workdir_tarball"),
+        ({"workdir_tarball": base64.b64encode(b"plain text, no tar").decode()}, "workdir_tarball"),
+        ({"workdir_tarball": b64_tar({"../escape.sh": b"x"})}, "workdir_tarball"),
+        ({"workdir_tarball": b64_tar({"passwd": "/etc/passwd"})}, "workdir_tarball"),
+        ({"workdir_tarball": b64_tar({"big.bin": bytes(600 * 1024)}, gz=False)}, "workdir_tarball"),
+        ({"workdir_tarball": b64_tar({"a": b"x"}), "workdir_git": GIT}, "workdir_git"),
+        ({"workdir_git": "http://example.org/lab/p.git"}, "workdir_git"),
+        ({"workdir_git": "https://user:token@example.org/lab/p.git"}, "workdir_git"),
+        ({"workdir_git": "--upload-pack=sh"}, "workdir_git"),
+        ({"workdir_git": GIT, "workdir_ref": "--output=/etc/x"}, "workdir_ref"),
+        ({"workdir_ref": "main"}, "workdir_ref"),
     ],
 )
 def test_bad_input_is_a_400_naming_the_field_and_creates_nothing(
@@ -428,3 +462,21 @@ def test_a_pending_jobs_host_taken_back_unreplaced_gets_its_replacement_from_the
     assert job.events.filter(reason=f"waits for host {replacement.name}").exists()
     assert not any(jobs_pass().values())  # once
     assert host.replacements.count() == 1
+
+
+def test_a_working_folder_goes_to_the_agent_with_the_run_and_to_a_rerun(submit, api_as, alice):
+    archive = tar({"train.py": b"print('hi')\n", "data/labels.txt": b"cat\n"})
+    job = submit(workdir_tarball=base64.b64encode(archive).decode(), command="python3 train.py")
+    detail = api_as(alice).get(f"/api/v1/jobs/{job.pk}/").json()
+    assert detail["workdir_tarball"]["size"] == len(archive) and detail["workdir_git"] == ""
+    agent = Agent(boot(job))
+    assignment = agent.ask().json()
+    assert base64.b64decode(assignment["workdir"]["tarball"]) == archive
+    agent.run(assignment, exit_code=0)
+    rerun = api_as(alice).post(f"/api/v1/jobs/{job.pk}/rerun/").json()
+    assert rerun["workdir_tarball"] == detail["workdir_tarball"]
+    # A repository instead: the agent is told where and which ref.
+    other = submit(name="from-git", workdir_git=GIT, workdir_ref="v1.2")
+    assignment = Agent(boot(other)).ask().json()
+    assert assignment["workdir"] == {"git": GIT, "ref": "v1.2"}
+    assert api_as(alice).get(f"/api/v1/jobs/{other.pk}/").json()["workdir_tarball"] is None

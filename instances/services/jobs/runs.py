@@ -9,6 +9,7 @@ job's row lock, so a job never runs twice at once."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import math
 
@@ -19,7 +20,7 @@ from django.utils import timezone
 
 from instances.lib.checkpoints import backup_dir
 from instances.lib.tensorboard import LOG_FOLDER
-from instances.models import Instance, Job, JobLogChunk, JobRun, JobScalar
+from instances.models import Instance, Job, JobLogChunk, JobRun, JobScalar, JobWorkdir
 from instances.services.jobs.lifecycle import ACTOR, job_note, job_transition
 from instances.services.jobs.recovery import job_recover
 from portal.lib.errors import Conflict
@@ -45,7 +46,17 @@ class Assignment:
             "stop_signal": job.stop_signal,
             "grace_seconds": job.grace_seconds,
             "stop": self.stop,
+            "workdir": workdir_spec(job),
         }
+
+
+def workdir_spec(job: Job) -> dict | None:
+    """The job's working folder as the agent puts it in place (instances/agent/workdir.py):
+    the uploaded archive (base64), or the git repository and ref; None without one."""
+    if job.workdir_git:
+        return {"git": job.workdir_git, "ref": job.workdir_ref}
+    upload = JobWorkdir.objects.filter(job=job).first()
+    return {"tarball": base64.b64encode(bytes(upload.data)).decode()} if upload else None
 
 
 def run_environment(job: Job, run: JobRun) -> dict[str, str]:

@@ -5,14 +5,25 @@ JOB_BOUNDS is the one table of a job's ranges: the checks here read it, the API 
 
 from __future__ import annotations
 
+import hashlib
+import io
 import math
 import re
+import tarfile
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from instances.models import Image, InstanceType, InterruptionPolicy, Job, JobMarket, Market
+from instances.models import (
+    Image,
+    InstanceType,
+    InterruptionPolicy,
+    Job,
+    JobMarket,
+    JobWorkdir,
+    Market,
+)
 from instances.services.approvals import order_cancel
 from instances.services.jobs.lifecycle import job_transition
 from instances.services.orders import order_submit, order_validate
@@ -57,7 +68,16 @@ SETTINGS = (
     "stop_signal",
     "grace_seconds",
     "keep_host_minutes",
+    "workdir_git",
+    "workdir_ref",
 )
+# A repository the agent clones: https, a host, no credentials in the URL (a token in it would
+# be shown on the job's page); a ref is a branch, tag or commit name, never an option.
+GIT_URL = re.compile(r"https://[A-Za-z0-9.-]+(:[0-9]{1,5})?/[A-Za-z0-9._~/%+-]+")
+# How much bigger than the upload its files may be (a small archive that unpacks to gigabytes
+# is refused while it is read).
+WORKDIR_UNPACKED_TIMES = 32
+GIT_REF = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._/-]{0,199}")
 
 
 def job_bounds(name: str) -> tuple[int, int]:
@@ -139,6 +159,54 @@ def job_problems(
     return problems
 
 
+def workdir_problems(*, tarball: bytes | None, git: str, ref: str) -> dict[str, list[str]]:
+    """What is wrong with a job's working folder: a tar archive (every member a plain file or
+    folder inside it, as tarfile's "data" filter allows) within PORTAL_JOB_WORKDIR_MAX_BYTES,
+    or a git repository's https URL and an optional ref; not both."""
+    cap = settings.PORTAL_JOB_WORKDIR_MAX_BYTES
+    if tarball is not None and git:
+        return {
+            "workdir_git": ["Give a tarball or a git repository for the working folder, not both."]
+        }
+    if tarball is not None:
+        if len(tarball) > cap:
+            return {
+                "workdir_tarball": [
+                    f"The working folder is over the {cap:,} bytes a job may upload; put the "
+                    "project in a git repository and give its URL instead."
+                ]
+            }
+        try:
+            unpacked = 0
+            with tarfile.open(fileobj=io.BytesIO(tarball), mode="r:*") as archive:
+                for member in archive:
+                    tarfile.data_filter(member, "/nonexistent")
+                    unpacked += member.size
+                    if unpacked > WORKDIR_UNPACKED_TIMES * cap:
+                        raise ValueError(
+                            f"it unpacks to over {WORKDIR_UNPACKED_TIMES * cap:,} bytes"
+                        )
+        except (tarfile.TarError, EOFError, OSError, ValueError) as error:
+            named = isinstance(error, (tarfile.FilterError, ValueError))
+            reason = str(error) if named else "it is not one"
+            return {"workdir_tarball": [f"The working folder must be a tar archive: {reason}."]}
+    if git and (len(git) > 2000 or not GIT_URL.fullmatch(git)):
+        return {
+            "workdir_git": [
+                "The git repository is an https:// URL without credentials in it, such as "
+                "https://github.com/lab/project.git."
+            ]
+        }
+    if ref and (not git or not GIT_REF.fullmatch(ref)):
+        return {
+            "workdir_ref": [
+                "workdir_ref names a branch, tag or commit of workdir_git (letters, digits, "
+                "., _, / and -, not starting with -)."
+            ]
+        }
+    return {}
+
+
 def lease_hours_for(time_limit_minutes: int) -> int:
     """The job's order's lease: its time limit in whole hours (a job never outlives it)."""
     return max(1, math.ceil(time_limit_minutes / 60))
@@ -162,6 +230,9 @@ def job_submit(
     grace_seconds: int = 30,
     keep_host_minutes: int = 0,
     ssh_public_key: str = "",
+    workdir: bytes | None = None,
+    workdir_git: str = "",
+    workdir_ref: str = "",
     rerun_of: Job | None = None,
     idempotency_key: str | None = None,
 ) -> Job:
@@ -184,6 +255,7 @@ def job_submit(
         keep_host_minutes=keep_host_minutes,
         market=market,
     )
+    problems.update(workdir_problems(tarball=workdir, git=workdir_git, ref=workdir_ref))
     order_market, policy = ORDER_OF_MARKET.get(market, (Market.ON_DEMAND, ""))
     order_fields = {
         "requester": requester,
@@ -232,9 +304,15 @@ def job_submit(
             stop_signal=stop_signal,
             grace_seconds=grace_seconds,
             keep_host_minutes=keep_host_minutes,
+            workdir_git=workdir_git,
+            workdir_ref=workdir_ref,
             rerun_of=rerun_of,
             status_reason=_waiting(order),
         )
+        if workdir is not None:
+            JobWorkdir.objects.create(
+                job=job, data=workdir, size=len(workdir), sha256=hashlib.sha256(workdir).hexdigest()
+            )
     return job
 
 
@@ -284,6 +362,9 @@ def job_rerun(*, job: Job, user: User) -> Job:
         instance_type=order.instance_type,
         image=order.image,
         ssh_public_key=order.ssh_public_key,
+        workdir=bytes(upload.data)
+        if (upload := JobWorkdir.objects.filter(job=job).first())
+        else None,
         rerun_of=job,
         **{name: getattr(job, name) for name in SETTINGS},
     )

@@ -1,25 +1,18 @@
-"""instances/api/jobs.py: managed jobs in the API. /api/v1/jobs/ (submit, list, one job with its
-runs, hosts, recoveries and cost; its log from an offset, cancel, re-run), and the host agent's
-side under /api/v1/instances/{id}/job/ (what to run, started, output, exit)."""
+"""instances/api/jobs/submit.py: /api/v1/jobs/, the researcher's side of managed jobs: submit,
+list, one job with its runs, hosts, recoveries and cost; its log from an offset, its scalars,
+cancel, re-run."""
 
 from __future__ import annotations
 
-import base64
-import binascii
-
-from django.urls import path
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema, extend_schema_field
-from rest_framework import exceptions, mixins, permissions, serializers, status, viewsets
+from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from audit.services import audit_set_object
-from instances.api.fields import MONEY, ProjectOfCaller
-from instances.api.telemetry import AgentTokenAuthentication
+from instances.api.fields import MONEY, Base64Field, ProjectOfCaller
 from instances.models import (
-    HostAgentCredential,
     Image,
     InstanceType,
     Job,
@@ -30,17 +23,11 @@ from instances.models import (
 from instances.selectors.costs import costs_so_far
 from instances.selectors.jobs import job_log_read, job_scalar_series
 from instances.services.jobs import (
-    job_assignment,
     job_bounds,
     job_cancel,
-    job_log_append,
     job_rerun,
-    job_run_exited,
-    job_run_started,
-    job_scalars_record,
     job_submit,
 )
-from instances.services.jobs.runs import LOG_CHUNK_MAX_BYTES
 from instances.services.jobs.submit import ENV_MAX_VARIABLES, EXIT_CODES_MAX, STOP_SIGNALS
 from portal.lib.rest import BoundedDictField, LookupField, StrictSerializer, refuse_body
 from portal.models import Project
@@ -108,6 +95,27 @@ class JobCreateSerializer(StrictSerializer):
         help_text="A failed job's last host is kept this long for its owner to look",
     )
     ssh_public_key = serializers.CharField(required=False, default="", allow_blank=True)
+    workdir_tarball = Base64Field(
+        source="workdir",
+        required=False,
+        trim_whitespace=False,
+        help_text="The working folder: a tar archive (gzipped or not), base64, unpacked where "
+        "the command starts (at most PORTAL_JOB_WORKDIR_MAX_BYTES)",
+    )
+    workdir_git = serializers.CharField(
+        required=False,
+        default="",
+        allow_blank=True,
+        max_length=2000,
+        help_text="Or a git repository (https) the agent clones as the working folder",
+    )
+    workdir_ref = serializers.CharField(
+        required=False,
+        default="",
+        allow_blank=True,
+        max_length=200,
+        help_text="The branch, tag or commit of workdir_git (its default branch when empty)",
+    )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -168,6 +176,9 @@ class JobSerializer(serializers.ModelSerializer):
     cost = serializers.SerializerMethodField(help_text="Dollars, the sum of its hosts' costs")
     runs = JobRunSerializer(many=True, read_only=True)
     events = JobEventSerializer(many=True, read_only=True)
+    workdir_tarball = serializers.SerializerMethodField(
+        help_text="The uploaded working folder's size and SHA-256, or null"
+    )
 
     class Meta:
         model = Job
@@ -198,6 +209,9 @@ class JobSerializer(serializers.ModelSerializer):
             "order",
             "host",
             "checkpoint_uri",
+            "workdir_tarball",
+            "workdir_git",
+            "workdir_ref",
             "started_at",
             "ended_at",
             "created_at",
@@ -217,6 +231,17 @@ class JobSerializer(serializers.ModelSerializer):
             hosts = [host for job in jobs for host in job.order.instances.all()]
             self.context["costs"] = costs_so_far(hosts, now=timezone.now()) if hosts else {}
         return self.context["costs"]
+
+    @extend_schema_field(
+        {
+            "type": "object",
+            "nullable": True,
+            "properties": {"size": {"type": "integer"}, "sha256": {"type": "string"}},
+        }
+    )
+    def get_workdir_tarball(self, job: Job) -> dict | None:
+        upload = getattr(job, "workdir", None)
+        return {"size": upload.size, "sha256": upload.sha256} if upload else None
 
     @extend_schema(responses=JobHostSerializer(many=True))
     def get_hosts(self, job: Job) -> list[dict]:
@@ -277,7 +302,8 @@ class JobViewSet(
     def get_queryset(self):
         return (
             Job.objects.for_user(self.request.user)
-            .select_related("project", "owner", "order__instance_type", "order__image")
+            .select_related("project", "owner", "order__instance_type", "order__image", "workdir")
+            .defer("workdir__data")
             .prefetch_related("runs", "events", "order__instances__events")
         )
 
@@ -335,178 +361,3 @@ class JobViewSet(
 
 
 # --- the host agent's side -------------------------------------------------------------------
-
-
-class AssignmentSerializer(serializers.Serializer):
-    job = serializers.UUIDField()
-    run = serializers.IntegerField()
-    command = serializers.CharField()
-    env = serializers.DictField(child=serializers.CharField())
-    stop_signal = serializers.CharField()
-    grace_seconds = serializers.IntegerField()
-    stop = serializers.BooleanField(help_text="Stop the command (signal, grace, kill) now")
-
-
-class RunRefSerializer(StrictSerializer):
-    job = serializers.UUIDField()
-    run = serializers.IntegerField(min_value=1)
-
-
-class StartedSerializer(RunRefSerializer):
-    pid = serializers.IntegerField(min_value=1)
-
-
-BASE64 = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
-
-
-@extend_schema_field({"type": "string", "format": "byte", "pattern": BASE64})
-class Base64Field(serializers.CharField):
-    """Bytes sent as base64 (the schema says ``format: byte`` and its pattern)."""
-
-    def to_internal_value(self, data) -> bytes:
-        text = super().to_internal_value(data)
-        try:
-            return base64.b64decode(text, validate=True)
-        except (binascii.Error, ValueError):
-            raise serializers.ValidationError("This is not base64.", code="invalid") from None
-
-
-class ChunkSerializer(RunRefSerializer):
-    offset = serializers.IntegerField(min_value=0)
-    data = Base64Field(
-        allow_blank=True,
-        trim_whitespace=False,
-        max_length=(LOG_CHUNK_MAX_BYTES * 4) // 3 + 4,
-        help_text=f"Base64 of up to {LOG_CHUNK_MAX_BYTES // 1024} KiB of output",
-    )
-
-
-class ExitSerializer(RunRefSerializer):
-    exit_code = serializers.IntegerField(allow_null=True, min_value=-255, max_value=255)
-    signal = serializers.CharField(
-        required=False, allow_null=True, allow_blank=True, max_length=16, default=""
-    )
-    stopped = serializers.BooleanField(required=False, default=False)
-    interrupted = serializers.BooleanField(required=False, default=False)
-
-
-class IsHostAgent(permissions.BasePermission):
-    """Only a host's own agent credential speaks here (people have no business on it)."""
-
-    def has_permission(self, request, view) -> bool:
-        return isinstance(request.auth, HostAgentCredential)
-
-
-class AgentView(APIView):
-    """A host's agent about the job its host runs; only that host's own credential
-    (``Authorization: Agent gpa_...``)."""
-
-    authentication_classes = [AgentTokenAuthentication]
-    permission_classes = [IsHostAgent]
-
-    def host(self, request, pk):
-        if str(request.auth.instance_id) != str(pk):
-            raise exceptions.PermissionDenied("This credential belongs to another host.")
-        audit_set_object(request, f"instance:{pk}")
-        return request.auth.instance
-
-    def body(self, request, pk, serializer) -> dict:
-        host = self.host(request, pk)
-        incoming = serializer(data=request.data)
-        incoming.is_valid(raise_exception=True)
-        data = incoming.validated_data
-        return {"host": host, "job_id": data.pop("job"), "number": data.pop("run"), **data}
-
-
-class HostJobView(AgentView):
-    @extend_schema(responses={200: AssignmentSerializer, 204: None}, auth=[{"agentToken": []}])
-    def get(self, request, pk):
-        """The run this host is to run (204: nothing now): its command, environment, stop
-        signal and grace, and whether to stop it already."""
-        assignment = job_assignment(host=self.host(request, pk))
-        if assignment is None:
-            return Response(status=status.HTTP_204_NO_CONTENT)
-        return Response(AssignmentSerializer(assignment.as_dict()).data)
-
-
-class StopSerializer(serializers.Serializer):
-    stop = serializers.BooleanField(help_text="Stop the command (signal, grace, kill) now")
-
-
-class ChunkAnswerSerializer(StopSerializer):
-    offset = serializers.IntegerField(help_text="Bytes of this run's output the portal holds")
-    capped = serializers.BooleanField(help_text="The portal keeps no more: send no more")
-
-
-class ExitAnswerSerializer(serializers.Serializer):
-    job = serializers.UUIDField()
-    status = serializers.CharField()
-
-
-class HostJobStartedView(AgentView):
-    @extend_schema(request=StartedSerializer, responses=StopSerializer, auth=[{"agentToken": []}])
-    def post(self, request, pk):
-        """The command started (409 ``not_this_run``: the run is not wanted, stop it)."""
-        ref = self.body(request, pk, StartedSerializer)
-        return Response({"stop": job_run_started(**ref)})
-
-
-class HostJobLogView(AgentView):
-    @extend_schema(
-        request=ChunkSerializer, responses=ChunkAnswerSerializer, auth=[{"agentToken": []}]
-    )
-    def post(self, request, pk):
-        """Output from byte ``offset`` of the run's; answers how far the portal has it."""
-        ref = self.body(request, pk, ChunkSerializer)
-        return Response(job_log_append(**ref))
-
-
-class ScalarPointSerializer(StrictSerializer):
-    tag = serializers.CharField(max_length=128, trim_whitespace=False)
-    step = serializers.IntegerField(min_value=0, max_value=2**62)
-    value = serializers.FloatField()
-    wall_time = serializers.FloatField(min_value=0)
-
-
-class ScalarsSerializer(RunRefSerializer):
-    points = serializers.ListField(child=ScalarPointSerializer(), max_length=1000)
-
-
-class ScalarsAnswerSerializer(serializers.Serializer):
-    stored = serializers.IntegerField()
-    capped = serializers.BooleanField()
-
-
-class HostJobScalarsView(AgentView):
-    @extend_schema(
-        request=ScalarsSerializer, responses=ScalarsAnswerSerializer, auth=[{"agentToken": []}]
-    )
-    def post(self, request, pk):
-        """TensorBoard scalars the run wrote (read from its event files): ``stored``, and
-        ``capped`` once the job has its most tags or points."""
-        return Response(job_scalars_record(**self.body(request, pk, ScalarsSerializer)))
-
-
-class HostJobExitView(AgentView):
-    @extend_schema(
-        request=ExitSerializer, responses=ExitAnswerSerializer, auth=[{"agentToken": []}]
-    )
-    def post(self, request, pk):
-        """The command ended: its exit code or signal, and whether the agent stopped it (for
-        a warning of the cloud: ``interrupted``). A repeat changes nothing."""
-        ref = self.body(request, pk, ExitSerializer)
-        ref["signal"] = ref["signal"] or ""
-        job = job_run_exited(**ref)
-        return Response({"job": str(job.pk), "status": job.status})
-
-
-def host_job_urls():
-    """The agent's job routes (portal/urls.py includes them)."""
-    base = "api/v1/instances/<uuid:pk>/job/"
-    return [
-        path(base, HostJobView.as_view(), name="host-job"),
-        path(f"{base}started/", HostJobStartedView.as_view(), name="host-job-started"),
-        path(f"{base}log/", HostJobLogView.as_view(), name="host-job-log"),
-        path(f"{base}exit/", HostJobExitView.as_view(), name="host-job-exit"),
-        path(f"{base}scalars/", HostJobScalarsView.as_view(), name="host-job-scalars"),
-    ]

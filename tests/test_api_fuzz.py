@@ -18,6 +18,7 @@ minute per persona; ``PORTAL_FUZZ_EXAMPLES`` raises it for a deeper run.
 
 from __future__ import annotations
 
+import base64
 import os
 import zlib
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from tests.conftest import ED25519
+from tests.instances.test_jobs import tar
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres, pytest.mark.fuzz]
 
@@ -49,6 +51,7 @@ CHECKS = [
     positive_data_acceptance,
     negative_data_rejection,
 ]
+WORKDIR_TAR = base64.b64encode(tar({"train.py": b"print(1)\n"})).decode()
 FUZZ_EXAMPLES = int(os.environ.get("PORTAL_FUZZ_EXAMPLES", "12"))
 FUZZ = settings(
     max_examples=FUZZ_EXAMPLES,
@@ -245,6 +248,17 @@ def give_real_references(case, world: World, who: str) -> None:
         body.pop("ssh_public_key", None)
         if body.get("market") != "on_demand" and kind not in world.spot_types:
             body["market"] = "on_demand"
+        # A working folder is a real tar archive, or a real repository (and ref), not both.
+        if "workdir_tarball" in body:
+            body["workdir_tarball"] = WORKDIR_TAR
+            body.pop("workdir_git", None)
+            body.pop("workdir_ref", None)
+        elif body.get("workdir_git"):
+            body["workdir_git"] = "https://git.example.org/lab/project.git"
+            if body.get("workdir_ref"):
+                body["workdir_ref"] = "main"
+        else:
+            body.pop("workdir_ref", None)
     elif path == "/api/v1/quota-requests/" and method == "POST" and body is not None:
         body["project"] = _pick(world.projects[who], body.get("project"))
     elif path.startswith("/api/v1/pools/") and body is not None:

@@ -8,6 +8,8 @@ What each project holds is counted in instances/selectors/quotas.py, from live i
 
 from __future__ import annotations
 
+from functools import partial
+
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -170,9 +172,15 @@ def quota_limit_rule(name: str) -> str:
 
 
 def limits_moved(project: Project) -> None:
-    """A project's limits changed (its quota here, its budget in billing), in the changing
-    transaction: the pools a refusal held retry at once."""
-    pools_retry_now(project=project)
+    """A project's limits changed (its quota here, its budget in billing): once the change
+    commits, the pools a refusal held retry at once.
+
+    After the commit, not inside it: the changing transaction holds the project's row, and an
+    autoscaler pass holds its pools' rows while it asks for that same project row to submit a
+    launch, so clearing a pool's backoff here would wait on the pass while the pass waits on
+    us (PostgreSQL's "deadlock detected"). Committed first, the clear holds nothing the pass
+    wants, waits for the pass to end, and clears whatever backoff it set on the old limits."""
+    transaction.on_commit(partial(pools_retry_now, project=project))
 
 
 def _quota_values(quota: Quota) -> dict:

@@ -349,7 +349,7 @@ def test_a_lease_shorter_than_the_handover_window_is_handed_over_at_half_time(
 
 
 def test_quota_holds_the_pool_at_4_of_6_then_raising_it_lets_the_pool_reach_6(
-    make_pool, projects, ada, alice, clock
+    make_pool, projects, ada, alice, clock, django_capture_on_commit_callbacks
 ):
     vision = projects["vision-lab"]
     quota_set(project=vision, actor=ada, max_gpus=4)
@@ -369,7 +369,8 @@ def test_quota_holds_the_pool_at_4_of_6_then_raising_it_lets_the_pool_reach_6(
     assert Notice.objects.filter(user=alice, subject__contains="cannot grow").count() == 1
     pool.refresh_from_db()
     assert pool.blocked_until > clock.now + timedelta(minutes=1)  # backing off
-    quota_set(project=vision, actor=ada, max_gpus=8)
+    with django_capture_on_commit_callbacks(execute=True):
+        quota_set(project=vision, actor=ada, max_gpus=8)
     # The limit moved: the next pass tries at once, not at the end of the backoff.
     pool.refresh_from_db()
     assert pool.blocked_until is None
@@ -389,9 +390,12 @@ def _held_by_quota(make_pool, projects, ada) -> Pool:
     return pool
 
 
-def test_removing_the_quota_ends_the_backoff_and_the_pool_grows(make_pool, projects, ada, clock):
+def test_removing_the_quota_ends_the_backoff_and_the_pool_grows(
+    make_pool, projects, ada, clock, django_capture_on_commit_callbacks
+):
     pool = _held_by_quota(make_pool, projects, ada)
-    quota_delete(quota=Quota.objects.get(project=projects["vision-lab"]), actor=ada)
+    with django_capture_on_commit_callbacks(execute=True):
+        quota_delete(quota=Quota.objects.get(project=projects["vision-lab"]), actor=ada)
     pool.refresh_from_db()
     assert pool.blocked_until is None
     assert len(services.autoscale().launched) == 1
@@ -405,7 +409,9 @@ def test_a_quota_saved_unchanged_leaves_the_backoff_alone(make_pool, projects, a
     assert pool.blocked_until == held_until
 
 
-def test_a_raised_budget_ends_the_backoff_of_a_pool_it_held(make_pool, projects, ada, fin, clock):
+def test_a_raised_budget_ends_the_backoff_of_a_pool_it_held(
+    make_pool, projects, ada, fin, clock, django_capture_on_commit_callbacks
+):
     vision = projects["vision-lab"]
     budget_set(project=vision, actor=ada, monthly_amount="1.00", policy="block_all")
     pool = make_pool(desired=2)
@@ -414,7 +420,8 @@ def test_a_raised_budget_ends_the_backoff_of_a_pool_it_held(make_pool, projects,
     pool.refresh_from_db()
     assert pool.blocked_until is not None
     assert pool.events.get(kind=PoolEvent.Kind.REFUSED).message.startswith("budget holds pool")
-    budget_set(project=vision, actor=fin, monthly_amount="100000.00")
+    with django_capture_on_commit_callbacks(execute=True):
+        budget_set(project=vision, actor=fin, monthly_amount="100000.00")
     pool.refresh_from_db()
     assert pool.blocked_until is None
     assert len(services.autoscale().launched) == 2
@@ -500,12 +507,15 @@ def test_a_mixed_launch_is_priced_market_by_market(make_pool, projects, ada, cat
     assert "holds pool at 4 of 6" in pool.events.get(kind=PoolEvent.Kind.REFUSED).message
 
 
-def test_removing_the_budget_ends_the_backoff_too(make_pool, projects, ada, clock):
+def test_removing_the_budget_ends_the_backoff_too(
+    make_pool, projects, ada, clock, django_capture_on_commit_callbacks
+):
     vision = projects["vision-lab"]
     budget_set(project=vision, actor=ada, monthly_amount="1.00", policy="block_all")
     pool = make_pool(desired=2)
     assert services.autoscale().launched == []
-    budget_set(project=vision, actor=ada, monthly_amount=None)
+    with django_capture_on_commit_callbacks(execute=True):
+        budget_set(project=vision, actor=ada, monthly_amount=None)
     pool.refresh_from_db()
     assert pool.blocked_until is None
     assert len(services.autoscale().launched) == 2

@@ -25,7 +25,7 @@ from rest_framework.test import APIClient
 
 from portal.models import Membership, User
 from portal.services import membership_set, project_upsert, user_upsert
-from tests import clock
+from tests import clock, parallel
 
 # Billing's timeline fixtures (hosts moved at chosen cloud times, then metered) serve the billing
 # tests and the cost report's browser test.
@@ -74,6 +74,16 @@ def pytest_collection_modifyitems(config, items):
             # without both services, so nothing is ever skipped in CI.
             if marker in item.keywords and not available:
                 item.add_marker(pytest.mark.skip(reason=reason))
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    items[:] = parallel.long_ones_first(items, workers, _is_long)
+
+
+def _is_long(item) -> bool:
+    """A test that runs for many seconds: a browser, a real worker, the fuzz, or a sweep that
+    is one test (the parametrized sweeps are many short ones)."""
+    if item.get_closest_marker("real_clock") or item.get_closest_marker("fuzz"):
+        return True
+    return bool(item.get_closest_marker("sweep")) and not hasattr(item, "callspec")
 
 
 def pytest_configure(config):

@@ -8,6 +8,7 @@ class BillingConfig(AppConfig):
     def ready(self) -> None:
         from audit import registry
         from billing import metrics, panels
+        from billing.selectors.budgets import host_rate_per_hour
         from billing.services import budgets, metering, prices
 
         # What instances and portal ask of billing (audit/registry.py declares the stores and
@@ -21,5 +22,5 @@ class BillingConfig(AppConfig):
         registry.PRICE_CHANGED.register("price_history", prices.list_price_record)
         # What a host has cost is billing's rule (the same computation that makes the bill).
         registry.INSTANCE_COST.register(metering.costs_so_far)
-        registry.INSTANCE_RATE.register(budgets.host_rate_per_hour)
+        registry.INSTANCE_RATE.register(host_rate_per_hour)
         registry.INSTANCE_COST_NOTES.register(metering.cost_notes)

@@ -11,8 +11,8 @@ from django.utils import timezone
 
 from billing.lib.money import dollars
 from billing.lib.rules import month_of
+from billing.selectors.budgets import budget_statuses
 from billing.selectors.reports import ReportQuery, cost_report
-from billing.services.budgets import budget_statuses
 from portal import permissions
 from portal.models import Project, User
 from portal.panels import Panel

@@ -9,6 +9,7 @@ class PortalConfig(AppConfig):
 
     def ready(self) -> None:
         from audit import registry
+        from portal import tasks  # noqa: F401 - registered everywhere: services send them by name
         from portal.celery import ensure_broker_folders
         from portal.lib import celery_ops  # connects the task and beat receivers
 

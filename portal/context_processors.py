@@ -16,4 +16,5 @@ def navigation(request) -> dict:
         "nav_sets_quotas": permissions.can_set_quotas(user),
         "nav_reads_audit_log": permissions.can_read_audit_log(user),
         "nav_is_admin": permissions.is_admin(user),
+        "nav_has_webhooks": permissions.webhook_projects(user).exists(),
     }

@@ -24,6 +24,7 @@ from __future__ import annotations
 from django.db.models import Q, QuerySet
 
 from portal.models import Membership, Project, User
+from portal.models.webhooks import BUDGET_EVENTS, Webhook, WebhookEvent
 
 
 def _signed_in(user) -> bool:
@@ -290,3 +291,46 @@ def budget_recipients(project) -> QuerySet:
         | Q(role=User.Role.FINANCE),
         is_active=True,
     ).distinct()
+
+
+# --- webhooks -------------------------------------------------------------------------------
+
+
+def webhook_events_allowed(user, project) -> frozenset[str]:
+    """The events this person may send to a webhook of ``project``: admins and the project's
+    managers every event, finance the budget ones (it sets budgets, not hosts), anyone else
+    none (they cannot register one)."""
+    if can_manage(user, project):
+        return frozenset(WebhookEvent.values)
+    if is_finance(user):
+        return BUDGET_EVENTS
+    return frozenset()
+
+
+def can_manage_webhook(user, webhook) -> bool:
+    """Who may change, rotate, resend or delete a webhook: whoever could register it as it
+    is (finance only its budget-only webhooks)."""
+    allowed = webhook_events_allowed(user, webhook.project)
+    return bool(allowed) and set(webhook.events) <= allowed
+
+
+def visible_webhooks(user) -> QuerySet:
+    """The webhooks this person sees: admins all; managers their projects'; finance the
+    budget-only ones (those it may manage). Members and strangers none (the API's 404)."""
+    if not _signed_in(user):
+        return Webhook.objects.none()
+    if is_admin(user):
+        return Webhook.objects.all()
+    if is_finance(user):
+        rows = Webhook.objects.values_list("pk", "events")
+        return Webhook.objects.filter(
+            pk__in=[pk for pk, events in rows if set(events) <= BUDGET_EVENTS]
+        )
+    return Webhook.objects.filter(project_id__in=managed_project_ids(user))
+
+
+def webhook_projects(user) -> QuerySet:
+    """The projects this person may register webhooks in (for the form's choice)."""
+    if is_admin(user) or is_finance(user):
+        return Project.objects.filter(is_active=True)
+    return Project.objects.filter(pk__in=managed_project_ids(user), is_active=True)

@@ -21,8 +21,8 @@ from instances.api import (
 )
 from instances.api.jobs import host_job_urls
 from instances.api.telemetry import InstanceMetricsView
-from portal.api import TokenViewSet
-from portal.views import account, dashboard, health, metrics, notices, tokens
+from portal.api import TokenViewSet, WebhookViewSet
+from portal.views import account, dashboard, health, metrics, notices, tokens, webhooks
 
 
 class ApiSchemaView(SpectacularAPIView):
@@ -65,6 +65,7 @@ router.register("quota-requests", QuotaRequestViewSet, basename="quota-request")
 router.register("auth/tokens", TokenViewSet, basename="token")
 router.register("costs", CostViewSet, basename="cost")
 router.register("budgets", BudgetViewSet, basename="budget")
+router.register("webhooks", WebhookViewSet, basename="webhook")
 
 urlpatterns = [
     path("", dashboard.home, name="home"),
@@ -74,6 +75,8 @@ urlpatterns = [
     path("metrics", metrics.metrics, name="metrics"),
     path("dashboard/", dashboard.dashboard, name="dashboard"),
     path("account/tokens/", tokens.tokens_page, name="tokens"),
+    path("webhooks/", webhooks.webhooks_page, name="webhooks"),
+    path("webhooks/<int:pk>/", webhooks.webhook_page, name="webhook"),
     path("notices/", notices.notices_page, name="notices"),
     path("notices/<int:pk>/dismiss/", notices.notice_dismiss_page, name="notice-dismiss"),
     path("", include("instances.urls")),  # catalog, ordering, hosts, approvals, quotas

@@ -75,6 +75,7 @@ class World:
     # Real values of the path parameter, by the operation's path prefix.
     path_values: dict[str, list[str]] = field(default_factory=dict)
     schedule_ids: list[str] = field(default_factory=list)
+    delivery_ids: list[str] = field(default_factory=list)
 
 
 @pytest.fixture
@@ -84,7 +85,7 @@ def world(running_host, place_order, alice, bob, carol, ada, fin, projects, cata
     from instances.models import Image, InstanceType
     from instances.services import approval_policy_set, quota_set
     from portal.models import ApiToken
-    from portal.services import token_issue
+    from portal.services import token_issue, webhook_create, webhook_emit
 
     host = running_host()
     approval_policy_set(project=projects["vision-lab"], actor=ada, gpus_above=4)
@@ -105,6 +106,13 @@ def world(running_host, place_order, alice, bob, carol, ada, fin, projects, cata
         max_size=4,
     )
     schedule = services.schedule_create(pool=pool, user=alice, cron="0 21 * * *", desired=0)
+    webhook, _ = webhook_create(
+        actor=ada,
+        project=projects["vision-lab"],
+        url="https://hooks.example.org/fuzz",
+        events=["order.placed", "host.failed"],
+    )
+    webhook_emit(project_id=projects["vision-lab"].pk, event="host.failed", data={"n": 1})
     token_ids = ApiToken.objects.values_list("pk", flat=True)
     offered = InstanceType.objects.offered()
     pairs = [
@@ -121,8 +129,10 @@ def world(running_host, place_order, alice, bob, carol, ada, fin, projects, cata
         spot_types=set(offered.filter(spot_offered=True).values_list("name", flat=True)),
         gpu_models=sorted(set(offered.values_list("gpu_model", flat=True))),
         schedule_ids=[str(schedule.pk)],
+        delivery_ids=[str(pk) for pk in webhook.deliveries.values_list("pk", flat=True)],
         path_values={
             "/api/v1/pools/": [str(pool.pk)],
+            "/api/v1/webhooks/": [str(webhook.pk)],
             "/api/v1/instances/": [str(host.pk)],
             "/api/v1/orders/": [str(host.order_id), str(waiting.pk)],
             "/api/v1/quotas/": [str(quota.pk)],
@@ -216,7 +226,8 @@ def give_real_references(case, world: World, who: str) -> None:
     for name, value in (case.path_parameters or {}).items():
         # Most examples hit a real object, the others a drawn one (which answers 404).
         if real and zlib.crc32(repr(value).encode()) % 4:
-            case.path_parameters[name] = _pick(world.schedule_ids if name == "sid" else real, value)
+            ids = {"sid": world.schedule_ids, "delivery": world.delivery_ids}.get(name, real)
+            case.path_parameters[name] = _pick(ids, value)
     query = case.query if isinstance(case.query, dict) else None
     body = case.body if isinstance(case.body, dict) else None
     if path == "/api/v1/orders/" and method == "POST" and body is not None:
@@ -259,6 +270,13 @@ def give_real_references(case, world: World, who: str) -> None:
                 body["workdir_ref"] = "main"
         else:
             body.pop("workdir_ref", None)
+    elif path.startswith("/api/v1/webhooks/") and body is not None:
+        # A URL the portal may call, in a project the caller can name (alice is a member, not
+        # a manager: she hears 403); the schema says only that they are text.
+        if method == "POST" or "url" in body:
+            body["url"] = "https://hooks.example.org/fuzz"
+        if method == "POST":
+            body["project"] = _pick(world.projects[who], body.get("project"))
     elif path == "/api/v1/quota-requests/" and method == "POST" and body is not None:
         body["project"] = _pick(world.projects[who], body.get("project"))
     elif path.startswith("/api/v1/pools/") and body is not None:

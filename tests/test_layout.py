@@ -81,6 +81,7 @@ IDIOMS = {
                 "cloud",
                 "reconcile",
                 "simulated",
+                "webhooks",
             }
         ),
         helpers={
@@ -119,7 +120,17 @@ IDIOMS = {
     "portal": Idiom(
         folders=frozenset({"settings", "celery", "wsgi"}),
         topics=frozenset(
-            {"people", "notices", "tokens", "account", "dashboard", "health", "errors", "metrics"}
+            {
+                "people",
+                "notices",
+                "tokens",
+                "webhooks",
+                "account",
+                "dashboard",
+                "health",
+                "errors",
+                "metrics",
+            }
         ),
     ),
 }

@@ -18,8 +18,14 @@ from instances.models import Image, InstanceType, Order, Pool, PoolEvent, QuotaR
 from instances.services import quota_request_open, quota_set
 from instances.services.pools.lifecycle import pool_event
 from portal.lib.rest import Pagination
-from portal.models import Membership
-from portal.services import membership_set, project_upsert, token_issue
+from portal.models import Membership, Webhook, WebhookAttempt, WebhookDelivery
+from portal.services import (
+    membership_set,
+    project_upsert,
+    token_issue,
+    webhook_create,
+    webhook_emit,
+)
 from portal.urls import router
 from tests.conftest import ED25519
 
@@ -31,6 +37,7 @@ def world(catalog, projects, alice, ada, place_order, settings):
     """Rows for every list endpoint, grown to ``n`` of each on demand. Each grower brings its
     endpoint's rows to ``n`` and returns who reads them and the URL."""
     settings.PORTAL_POOL_MAX_SCHEDULES = LARGE  # one pool's schedules, 200 of them
+    settings.PORTAL_WEBHOOKS_PER_PROJECT = LARGE
     vision = projects["vision-lab"]
     quota_set(project=vision, actor=ada, max_gpus=10_000, max_instances=10_000)
     image = Image.objects.get(name="tf-2.17-cuda12.3")
@@ -145,6 +152,30 @@ def world(catalog, projects, alice, ada, place_order, settings):
                 host = services.instance_provision(instance_id=job.order.instances.get().pk)
                 job_assignment(host=host)
 
+    hook, _ = webhook_create(
+        actor=ada, project=vision, url="https://hooks.example.org/0", events=["host.failed"]
+    )
+
+    def grow_webhooks(n: int) -> None:
+        for i in range(Webhook.objects.count(), n):
+            webhook_create(
+                actor=ada,
+                project=vision,
+                url=f"https://hooks.example.org/{i}",
+                events=["order.placed", "budget.threshold"],
+            )
+
+    def grow_deliveries(n: int) -> None:
+        # Each with an attempt or two, as the page shows them.
+        for i in range(hook.deliveries.count(), n):
+            webhook_emit(project_id=vision.pk, event="host.failed", data={"n": i})
+        for delivery in hook.deliveries.filter(attempts=0):
+            for trigger in ("send", "retry")[: 1 + delivery.pk % 2]:
+                WebhookAttempt.objects.create(
+                    delivery=delivery, at=timezone.now(), response_status=503, trigger=trigger
+                )
+            WebhookDelivery.objects.filter(pk=delivery.pk).update(attempts=1)
+
     def grow_audit(n: int) -> None:
         from audit.models import AuditEvent
 
@@ -166,11 +197,13 @@ def world(catalog, projects, alice, ada, place_order, settings):
         "quota-requests": (grow_quota_requests, ada, "/api/v1/quota-requests/"),
         "auth/tokens": (grow_tokens, alice, "/api/v1/auth/tokens/"),
         "budgets": (grow_projects, ada, "/api/v1/budgets/"),
+        "webhooks": (grow_webhooks, ada, "/api/v1/webhooks/"),
+        "webhook deliveries": (grow_deliveries, ada, f"/api/v1/webhooks/{hook.pk}/deliveries/"),
     }
 
 
 # Routes that list rows, beside the ones the walk below visits (nested lists by their name).
-NESTED = {"pool schedules", "pool events"}
+NESTED = {"pool schedules", "pool events", "webhook deliveries"}
 NOT_LISTS = {
     # A report over the rollups: its lines are groups, read in one query (tests/billing).
     "costs",

@@ -9,6 +9,7 @@ import pytest
 from instances import services
 from instances.models import Quota
 from instances.services import quota_set
+from portal.services import webhook_create
 from tests.instances.pool_helpers import make_pool  # noqa: F401
 
 # Per PATCH path: a value for each field it accepts, each unlike the one the object starts
@@ -43,6 +44,12 @@ SCHEDULE = {
     "desired": 4,
     "enabled": False,
 }
+WEBHOOK = {
+    "url": "https://hooks.example.org/other",
+    "events": ["host.failed", "job.failed"],
+    "description": "on call",
+    "is_active": False,
+}
 WALKED = {
     "/api/v1/quotas/{id}/": (QUOTA, {"updated_at", "updated_by", "changes"}),
     "/api/v1/pools/{id}/": (POOL, {"events"}),
@@ -50,6 +57,7 @@ WALKED = {
         SCHEDULE,
         {"description", "next_runs", "last_run_at"},
     ),
+    "/api/v1/webhooks/{id}/": (WEBHOOK, {"updated_at"}),
 }
 # What names the object rather than sets it: a quota's project and member are its key.
 KEYS = {"/api/v1/quotas/{id}/": {"project", "member"}}
@@ -101,7 +109,15 @@ def objects(ada, alice, catalog, projects, make_pool):  # noqa: F811
     schedule = services.schedule_create(
         pool=pool, user=alice, cron="0 9 * * *", timezone="UTC", min_size=1, max_size=8, desired=3
     )
+    webhook, _ = webhook_create(
+        actor=ada,
+        project=vision,
+        url="https://hooks.example.org/gpu",
+        events=["order.placed"],
+        description="lab chat",
+    )
     return {
+        "/api/v1/webhooks/{id}/": (ada, f"/api/v1/webhooks/{webhook.pk}/"),
         "/api/v1/quotas/{id}/": (ada, f"/api/v1/quotas/{quota.pk}/"),
         "/api/v1/pools/{id}/": (alice, f"/api/v1/pools/{pool.pk}/"),
         "/api/v1/pools/{id}/schedules/{sid}/": (

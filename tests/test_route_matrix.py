@@ -22,7 +22,7 @@ from instances import services
 from instances.models import Image
 from instances.services import approval_policy_set, idle_policy_set, quota_request_open, quota_set
 from instances.services.jobs import job_submit
-from portal.services import notice_send, token_issue
+from portal.services import notice_send, token_issue, webhook_create, webhook_emit
 from tests.conftest import ED25519, PASSWORD
 
 PERSONAS = ("alice", "bob", "carol", "ada", "fin", "anonymous")
@@ -108,6 +108,13 @@ EXPECTED: dict[tuple[str, str], tuple[int, ...]] = {
     ("pool-schedule-add", "POST"): (302, 403, 404, 302, 403, 302),
     ("pool-schedule-edit", "POST"): (302, 403, 404, 302, 403, 302),
     ("pool-schedule-delete", "POST"): (302, 403, 404, 302, 403, 302),
+    # Webhooks: ada's webhook of vision-lab (host and order events). Its managers and admins
+    # register and manage them (finance: budget-only ones); members who manage nothing have
+    # no webhooks page. An empty form answers 400; a resend goes back to the page.
+    ("webhooks", "GET"): (404, 404, 404, 200, 200, 302),
+    ("webhooks", "POST"): (404, 404, 404, 400, 400, 302),
+    ("webhook", "GET"): (404, 404, 404, 200, 404, 302),
+    ("webhook", "POST"): (404, 404, 404, 302, 404, 302),
     # --- API ---
     ("api-root", "GET"): (200, 200, 200, 200, 200, 401),
     ("api-schema", "GET"): (200, 200, 200, 200, 200, 200),
@@ -187,6 +194,16 @@ EXPECTED: dict[tuple[str, str], tuple[int, ...]] = {
     ("pool-schedule-detail", "GET"): (200, 200, 404, 200, 200, 401),
     ("pool-schedule-detail", "PATCH"): (200, 403, 404, 200, 403, 401),
     ("pool-schedule-detail", "DELETE"): (204, 403, 404, 204, 403, 401),
+    # alice and bob are members, not managers (403); carol may not name vision-lab (400);
+    # finance may register only budget events (403 forbidden_event).
+    ("webhook-list", "GET"): (200, 200, 200, 200, 200, 401),
+    ("webhook-list", "POST"): (403, 403, 400, 201, 403, 401),
+    ("webhook-detail", "GET"): (404, 404, 404, 200, 404, 401),
+    ("webhook-detail", "PATCH"): (404, 404, 404, 200, 404, 401),
+    ("webhook-detail", "DELETE"): (404, 404, 404, 204, 404, 401),
+    ("webhook-rotate-secret", "POST"): (404, 404, 404, 200, 404, 401),
+    ("webhook-deliveries", "GET"): (404, 404, 404, 200, 404, 401),
+    ("webhook-delivery-resend", "POST"): (404, 404, 404, 202, 404, 401),
 }
 
 # Who may act is answered before what the object allows. Each row: (route name[:verb], which of
@@ -259,6 +276,8 @@ PAGE_METHODS = {
     "pool-schedule-add": ["POST"],
     "pool-schedule-edit": ["POST"],
     "pool-schedule-delete": ["POST"],
+    "webhooks": ["GET", "POST"],
+    "webhook": ["GET", "POST"],
 }
 
 
@@ -326,6 +345,13 @@ def world(catalog, alice, bob, carol, ada, fin, projects, running_host, place_or
         max_size=2,
     )
     schedule = services.schedule_create(pool=pool, user=alice, cron="0 21 * * *", desired=0)
+    webhook, _ = webhook_create(
+        actor=ada,
+        project=vision,
+        url="https://hooks.example.org/gpu",
+        events=["order.placed", "host.running"],
+    )
+    webhook_emit(project_id=vision.pk, event="order.placed", data={"matrix": True})
     job = job_submit(
         requester=alice,
         project=vision,
@@ -350,6 +376,8 @@ def world(catalog, alice, bob, carol, ada, fin, projects, running_host, place_or
         "pool": pool,
         "schedule": schedule,
         "job": job,
+        "webhook": webhook,
+        "delivery": webhook.deliveries.first(),
     }
 
 
@@ -442,6 +470,16 @@ def _request(world, name: str, method: str) -> tuple[str, dict]:
         },
         "job-tensorboard-data": {"pk": world["job"].pk, "rest": "data/runs"},
         "tensorboard-font": {"name": "oMMgfZMQthOryQo9n22dcuvvDin1pK8aKteLpeZ5c0A.woff2"},
+        **{
+            route: {"pk": world["webhook"].pk}
+            for route in (
+                "webhook",
+                "webhook-detail",
+                "webhook-rotate-secret",
+                "webhook-deliveries",
+            )
+        },
+        "webhook-delivery-resend": {"pk": world["webhook"].pk, "delivery": world["delivery"].pk},
         "pool-detail": {"pk": world["pool"].pk},
         "pool-events": {"pk": world["pool"].pk},
         "pool-schedules": {"pk": world["pool"].pk},
@@ -477,6 +515,13 @@ def _request(world, name: str, method: str) -> tuple[str, dict]:
             "max_size": 2,
         },
         ("pool-detail", "PATCH"): {"desired": 2},
+        ("webhook-list", "POST"): {
+            "project": "vision-lab",
+            "url": "https://hooks.example.org/matrix",
+            "events": ["order.placed"],
+        },
+        ("webhook-detail", "PATCH"): {"description": "matrix"},
+        ("webhook", "POST"): {"resend": str(world["delivery"].pk)},
         ("pool-schedules", "POST"): {"cron": "0 9 * * 1-5", "timezone": "Asia/Shanghai"}
         | {"desired": 2},
         ("pool-schedule-detail", "PATCH"): {"desired": 1},

@@ -51,7 +51,7 @@ EXPECTED = {
     ],
     "price_changed": [("price_history", "billing.services.prices.list_price_record")],
     "instance_cost": [("instance_cost", "billing.services.metering.costs_so_far")],
-    "instance_rate": [("instance_rate", "billing.services.budgets.host_rate_per_hour")],
+    "instance_rate": [("instance_rate", "billing.selectors.budgets.host_rate_per_hour")],
     "instance_cost_notes": [("instance_cost_notes", "billing.services.metering.cost_notes")],
 }
 

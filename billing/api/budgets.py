@@ -12,14 +12,8 @@ from rest_framework.response import Response
 from audit.services import audit_set_object
 from billing.api.reports import MONEY
 from billing.models import Budget, BudgetAlert
-from billing.services.budgets import (
-    BUDGET_MIN,
-    BUDGET_MIN_MESSAGE,
-    THRESHOLDS_MAX,
-    BudgetStatus,
-    budget_set,
-    budget_statuses,
-)
+from billing.selectors.budgets import BudgetStatus, budget_statuses
+from billing.services.budgets import BUDGET_MIN, BUDGET_MIN_MESSAGE, THRESHOLDS_MAX, budget_set
 from portal.lib.rest import StrictSerializer
 from portal.models import Project
 

@@ -13,7 +13,8 @@ from django.views.decorators.http import require_http_methods
 from billing.forms import BudgetForm
 from billing.lib.money import dollars
 from billing.models import Budget, BudgetAlert
-from billing.services.budgets import budget_set, budget_statuses
+from billing.selectors.budgets import budget_statuses
+from billing.services.budgets import budget_set
 from portal import permissions
 from portal.lib.pages import forbidden, form_errors, service_errors
 from portal.models import Membership, Project

@@ -10,8 +10,8 @@ from django.views.decorators.http import require_GET
 from billing.api.reports import streamed_csv
 from billing.forms import OPENING_RANGE, ReportForm, presets
 from billing.lib.rules import rates_in_words, rules_in_words
+from billing.selectors.budgets import budget_statuses
 from billing.selectors.reports import GRANULARITIES, GROUPS, cost_report, last_metered_at
-from billing.services.budgets import budget_statuses
 from instances.models import InstanceType, Market, Pool
 from portal import permissions
 from portal.models import Project

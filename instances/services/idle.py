@@ -24,9 +24,10 @@ from django.utils import timezone
 from instances.models import GpuReading, IdlePolicy, Instance
 from instances.services.leases import in_words, instance_system_stop
 from instances.services.transitions import actor_of, instance_note, instance_topic
+from instances.services.webhooks import host_event
 from portal import permissions
 from portal.lib.errors import Conflict, Forbidden
-from portal.models import Project, User
+from portal.models import Project, User, WebhookEvent
 from portal.services import notice_send, notices_close
 
 log = logging.getLogger(__name__)
@@ -195,6 +196,7 @@ def _warn(instance_id, policy: IdlePolicy, now: datetime) -> bool:
             action_until=stop_at,
             topic=instance_topic(instance, "idle"),
         )
+        host_event(instance, WebhookEvent.HOST_IDLE_WARNING)
     return True
 
 

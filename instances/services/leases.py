@@ -27,9 +27,10 @@ from instances.services.transitions import (
     instance_topic,
     instance_transition,
 )
+from instances.services.webhooks import host_event
 from portal import permissions
 from portal.lib.errors import Conflict, Forbidden
-from portal.models import Project, User
+from portal.models import Project, User, WebhookEvent
 from portal.services import notice_send, notices_close
 
 log = logging.getLogger(__name__)
@@ -180,6 +181,7 @@ def leases_warn(*, now: datetime | None = None) -> list[tuple[str, int]]:
                     instance=host, lease_expires_at=host.lease_expires_at, minutes_before=due
                 )
                 _warn(host, left)
+                host_event(host, WebhookEvent.HOST_LEASE_WARNING)
         except IntegrityError:
             continue  # another pass sent this one first
         warned.append((str(host.pk), due))

@@ -33,6 +33,7 @@ from instances.models import (
 from instances.services.admission import order_admit
 from instances.services.queue import enqueue
 from instances.services.transitions import actor_of, order_decide_topic
+from instances.services.webhooks import order_event
 from portal import permissions
 from portal.lib.errors import Conflict, Forbidden
 from portal.models import Project, User
@@ -362,6 +363,7 @@ def order_record(
     )
     if approval:
         approvers_ask(order)
+    order_event(order, order.status)
     return order, approval
 
 

@@ -32,8 +32,9 @@ from instances.services.admission import order_admit
 from instances.services.orders import instance_create, order_estimate, order_request_of
 from instances.services.pools.lifecycle import pool_capacity_refused
 from instances.services.transitions import instance_note, instance_transition
+from instances.services.webhooks import host_event
 from portal.lib.errors import PortalError
-from portal.models import Notice
+from portal.models import Notice, WebhookEvent
 from portal.services import notice_send
 
 log = logging.getLogger(__name__)
@@ -172,6 +173,7 @@ def spot_warning_receive(*, warning: SpotWarning) -> Instance | None:
             body=f"The cloud takes back spot host {instance.cloud_id} at {action_at:%H:%M:%S} "
             f"UTC; data on its local disks will be gone. {then} {_checkpoint_line(instance)}",
         )
+        host_event(instance, WebhookEvent.HOST_SPOT_WARNING)
     if policy in RELAUNCH and not instance.pool_id:
         replacement_start(instance_id=instance.pk, why="interruption warning")
     return instance_load(instance.pk)

@@ -20,6 +20,7 @@ from instances.models import (
     OrderEvent,
 )
 from instances.selectors.hosts import instance_load
+from instances.services.webhooks import host_moved, order_event
 from portal.lib.errors import Conflict
 from portal.models import User
 from portal.services import notices_close
@@ -48,6 +49,7 @@ def order_transition(*, order: Order, to: str, reason: str, actor: str) -> tuple
         if old == Order.Status.PENDING_APPROVAL:
             # Decided, withdrawn or expired: the approvers' "Approval needed" is answered.
             notices_close(topic=order_decide_topic(row), reason=f"The order is {to}.")
+        order_event(row, to)
     return row, True
 
 
@@ -151,6 +153,7 @@ def instance_transition(
             Instance.Status.PROVISIONING,
         ):
             provisioning_observed(row)
+        host_moved(row, to)
     return row, True
 
 

@@ -1,8 +1,20 @@
-"""portal's models, one module per topic: people (users, projects, memberships), notices and
-tokens. Callers import them from here."""
+"""portal's models, one module per topic: people (users, projects, memberships), notices,
+tokens and webhooks. Callers import them from here."""
 
 from portal.models.notices import Notice
 from portal.models.people import Membership, Project, ProjectQuerySet, User
 from portal.models.tokens import ApiToken
+from portal.models.webhooks import Webhook, WebhookAttempt, WebhookDelivery, WebhookEvent
 
-__all__ = ["ApiToken", "Membership", "Notice", "Project", "ProjectQuerySet", "User"]
+__all__ = [
+    "ApiToken",
+    "Membership",
+    "Notice",
+    "Project",
+    "ProjectQuerySet",
+    "User",
+    "Webhook",
+    "WebhookAttempt",
+    "WebhookDelivery",
+    "WebhookEvent",
+]

@@ -1,6 +1,6 @@
-"""Writers for people and projects (docs/design.md rule 1: services are the only writers), one topic
-file each: people, notices, tokens. Callers import from here. (Quotas and the approval and idle
-policies are instances', in instances/services/.)"""
+"""Writers for people and projects (docs/design.md rule 1: services are the only writers),
+one topic file each: people, notices, tokens, webhooks. Callers import from here. (Quotas and
+the approval and idle policies are instances', in instances/services/.)"""
 
 from __future__ import annotations
 
@@ -24,6 +24,16 @@ from portal.services.tokens import (
     token_issue,
     token_revoke,
 )
+from portal.services.webhooks import (
+    webhook_create,
+    webhook_delete,
+    webhook_deliver,
+    webhook_emit,
+    webhook_resend,
+    webhook_secret_rotate,
+    webhook_update,
+    webhooks_deliver_due,
+)
 
 __all__ = [
     "TOKEN_PREFIX",
@@ -40,4 +50,12 @@ __all__ = [
     "token_issue",
     "token_revoke",
     "user_upsert",
+    "webhook_create",
+    "webhook_delete",
+    "webhook_deliver",
+    "webhook_emit",
+    "webhook_resend",
+    "webhook_secret_rotate",
+    "webhook_update",
+    "webhooks_deliver_due",
 ]

@@ -425,6 +425,8 @@ SPECTACULAR_SETTINGS = {
         "JobRunOutcomeEnum": "instances.models.JobRun.Outcome",
         "OrderStatusEnum": "instances.models.Order.Status",
         "PoolStatusEnum": "instances.models.Pool.Status",
+        "WebhookEventEnum": "portal.models.WebhookEvent",
+        "WebhookDeliveryStatusEnum": "portal.models.WebhookDelivery.Status",
     },
 }
 

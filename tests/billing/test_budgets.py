@@ -17,7 +17,7 @@ from billing.services.budgets import BUDGET_MIN_MESSAGE, budget_set, budget_stat
 from instances.models import Instance
 from portal.lib.errors import Forbidden
 from portal.models import Membership, Notice
-from portal.services import membership_set
+from portal.services import membership_set, webhook_create
 
 G5 = micros("1.006")
 
@@ -403,3 +403,26 @@ def test_more_thresholds_than_a_budget_takes_are_refused_by_api_and_service(api_
         f"Give at most {THRESHOLDS_MAX} thresholds."
     ]
     assert not Budget.objects.exists()
+
+
+def test_a_threshold_crossed_reaches_finances_webhook_with_the_figures(
+    boundary_clock, vision, ada, fin, spend
+):
+    hook, _ = webhook_create(
+        actor=fin, project=vision, url="https://finance.example.org/h", events=["budget.threshold"]
+    )
+    budget_set(project=vision, actor=ada, monthly_amount="1000.00")
+    spend("510.00")
+    budgets_check()
+    budgets = [d.payload["data"]["budget"] for d in hook.deliveries.order_by("id")]
+    assert [(b["basis"], b["threshold_percent"]) for b in budgets] == [
+        ("actual", 50),
+        ("forecast", 50),
+    ]
+    assert (budgets[0]["spent"], budgets[0]["amount"], budgets[0]["project"]) == (
+        "510.00",
+        "1000.00",
+        "vision-lab",
+    )
+    budgets_check()
+    assert hook.deliveries.count() == 2  # once, as the notices

@@ -29,7 +29,7 @@ from instances.services.jobs import (
     job_submit,
 )
 from portal.models import ApiToken
-from portal.services import token_issue
+from portal.services import token_issue, webhook_create, webhook_emit
 from tests.browser.conftest import answer_confirmation, keep_screenshot
 from tests.conftest import ED25519, PASSWORD
 from tests.test_route_matrix import NOT_HERE, PAGE_METHODS
@@ -111,7 +111,22 @@ def world(alice, bob, ada, fin, projects, running_host, place_order):
     # It succeeds and its host ends: the quota bars the tests count hold the two hosts above.
     job_run_exited(**ref, exit_code=0)
     services.instance_cloud_action(instance_id=job_host.pk, action="terminate")
-    return {"host": host, "instance_type": host.instance_type, "pool": pool, "job": job}
+    # A webhook of vision-lab with one delivery that arrived and one the receiver refused.
+    webhook, _ = webhook_create(
+        actor=ada, project=vision, url="https://hooks.example.org/gpu", events=["host.failed"]
+    )
+    for status, answer in (("delivered", 204), ("failed", 503)):
+        webhook_emit(project_id=vision.pk, event="host.failed", data={"host": {"id": "x"}})
+        webhook.deliveries.filter(attempts=0).update(
+            status=status, attempts=8, response_status=answer, next_attempt_at=None
+        )
+    return {
+        "host": host,
+        "instance_type": host.instance_type,
+        "pool": pool,
+        "job": job,
+        "webhook": webhook,
+    }
 
 
 def pages_for(role: str, world) -> list[str]:
@@ -151,6 +166,8 @@ def pages_for(role: str, world) -> list[str]:
         "/audit/",
         f"/audit/events/{AuditEvent.objects.order_by('seq').first().seq}/",
         "/costs/reconciliation/",
+        "/webhooks/",
+        f"/webhooks/{world['webhook'].pk}/",
         "/admin/",
         f"/admin/instances/instancetype/{world['instance_type'].pk}/change/",
         "/admin/portal/user/",

@@ -25,7 +25,7 @@ def pages_of(role: str, world) -> list[str]:
     if role == "finance":
         pages = every_page.pages_for("researcher", world)
         # Finance cannot order (the order page says so, as a 403 page that must fit too).
-        return [*pages, "/costs/reconciliation/"]
+        return [*pages, "/costs/reconciliation/", "/webhooks/"]
     return every_page.pages_for(role, world)
 
 

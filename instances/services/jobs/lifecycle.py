@@ -15,6 +15,7 @@ from django.utils import timezone
 from instances.models import Instance, Job, JobEvent
 from instances.services.hosts import instances_end
 from instances.services.transitions import IllegalTransition, audit_change
+from instances.services.webhooks import job_moved
 from portal.services import notice_send, notices_close
 
 ACTOR = "system:jobs"
@@ -68,6 +69,7 @@ def job_transition(
             notices_close(topic=f"job:{row.pk}:recovering", reason=f"The job is {to}.")
         if to in TOLD:
             _tell(row, to, reason)
+        job_moved(row, to)
     return row, True
 
 

@@ -334,3 +334,8 @@ def webhook_projects(user) -> QuerySet:
     if is_admin(user) or is_finance(user):
         return Project.objects.filter(is_active=True)
     return Project.objects.filter(pk__in=managed_project_ids(user), is_active=True)
+
+
+def can_set_sso_rules(user) -> bool:
+    """Who maps the identity provider's groups to roles and projects."""
+    return is_admin(user)

@@ -1,6 +1,7 @@
 """Every route of the portal: pages, the API under /api/v1/, health, admin."""
 
 from django.contrib import admin
+from django.contrib.auth.decorators import login_not_required
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
@@ -22,7 +23,8 @@ from instances.api import (
 from instances.api.jobs import host_job_urls
 from instances.api.telemetry import InstanceMetricsView
 from portal.api import TokenViewSet, WebhookViewSet
-from portal.views import account, dashboard, health, metrics, notices, tokens, webhooks
+from portal.lib.sso import CallbackView, SignInView
+from portal.views import account, dashboard, health, metrics, notices, sso, tokens, webhooks
 
 
 class ApiSchemaView(SpectacularAPIView):
@@ -75,6 +77,10 @@ urlpatterns = [
     path("metrics", metrics.metrics, name="metrics"),
     path("dashboard/", dashboard.dashboard, name="dashboard"),
     path("account/tokens/", tokens.tokens_page, name="tokens"),
+    # Signing in through the provider is for people who are not signed in yet.
+    path("oidc/authenticate/", login_not_required(SignInView.as_view()), name="oidc-login"),
+    path("oidc/callback/", login_not_required(CallbackView.as_view()), name="oidc-callback"),
+    path("sso/", sso.sso_page, name="sso"),
     path("webhooks/", webhooks.webhooks_page, name="webhooks"),
     path("webhooks/<int:pk>/", webhooks.webhook_page, name="webhook"),
     path("notices/", notices.notices_page, name="notices"),

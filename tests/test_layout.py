@@ -125,6 +125,7 @@ IDIOMS = {
                 "notices",
                 "tokens",
                 "webhooks",
+                "sso",
                 "account",
                 "dashboard",
                 "health",

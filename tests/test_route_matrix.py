@@ -111,6 +111,9 @@ EXPECTED: dict[tuple[str, str], tuple[int, ...]] = {
     # Webhooks: ada's webhook of vision-lab (host and order events). Its managers and admins
     # register and manage them (finance: budget-only ones); members who manage nothing have
     # no webhooks page. An empty form answers 400; a resend goes back to the page.
+    # Single sign-on's rules are the admins'; an empty rule answers 400 on the form.
+    ("sso", "GET"): (403, 403, 403, 200, 403, 302),
+    ("sso", "POST"): (403, 403, 403, 400, 403, 302),
     ("webhooks", "GET"): (404, 404, 404, 200, 200, 302),
     ("webhooks", "POST"): (404, 404, 404, 400, 400, 302),
     ("webhook", "GET"): (404, 404, 404, 200, 404, 302),
@@ -181,7 +184,8 @@ EXPECTED: dict[tuple[str, str], tuple[int, ...]] = {
     ("budget-detail", "PUT"): (403, 403, 404, 200, 200, 401),
     ("token-list", "GET"): (200, 200, 200, 200, 200, 401),
     ("token-list", "POST"): (201, 201, 201, 201, 201, 201),
-    ("token-detail", "DELETE"): (204, 404, 404, 404, 404, 401),
+    # Admins see and revoke anyone's tokens (an SSO account's scripts among them).
+    ("token-detail", "DELETE"): (204, 404, 404, 204, 404, 401),
     # alice's pool in vision-lab: members read it, its creator, managers and admins change it.
     ("pool-list", "GET"): (200, 200, 200, 200, 200, 401),
     ("pool-list", "POST"): (201, 201, 400, 201, 403, 401),
@@ -246,6 +250,8 @@ NOT_HERE = {
     "logout": "ends the caller's own session; tests/portal/test_login.py",
     "health": "public by design; tests/portal/test_health.py",
     "metrics": "a scraper's bearer token, no persona's session; tests/ops/test_metrics.py",
+    "oidc-login": "starts single sign-on, for anyone not signed in; tests/portal/test_sso.py",
+    "oidc-callback": "the provider's way back, for anyone; tests/portal/test_sso.py",
 }
 # Methods of plain Django views (DRF views list their own).
 PAGE_METHODS = {
@@ -277,6 +283,7 @@ PAGE_METHODS = {
     "pool-schedule-edit": ["POST"],
     "pool-schedule-delete": ["POST"],
     "webhooks": ["GET", "POST"],
+    "sso": ["GET", "POST"],
     "webhook": ["GET", "POST"],
 }
 

@@ -7,13 +7,14 @@ from django.conf import settings
 from django.contrib.auth import authenticate
 from django.core.validators import MaxValueValidator
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, mixins, serializers, status, viewsets
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle
 
 from audit.services import audit_set_actor, audit_set_object
+from portal import permissions
 from portal.lib.rest import StrictSerializer
 from portal.models import ApiToken
 from portal.services import token_issue, token_revoke
@@ -21,11 +22,13 @@ from portal.services import token_issue, token_revoke
 
 class TokenSerializer(serializers.ModelSerializer):
     state = serializers.SerializerMethodField()
+    user = serializers.SlugRelatedField(slug_field="username", read_only=True)
 
     class Meta:
         model = ApiToken
         fields = [
             "id",
+            "user",
             "name",
             "prefix",
             "created_at",
@@ -97,7 +100,26 @@ class TokenViewSet(
         return 'Bearer realm="api"'
 
     def get_queryset(self):
-        return ApiToken.objects.filter(user=self.request.user)
+        # Admins see and revoke everyone's (an SSO account's scripts included); ?user= narrows.
+        user = self.request.user
+        rows = ApiToken.objects.select_related("user").order_by("-created_at", "-id")
+        if not permissions.is_admin(user):
+            return rows.filter(user=user)
+        named = self.request.query_params.get("user")
+        return rows.filter(user__username=named) if named else rows
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "user",
+                str,
+                description="Admins: only this person's tokens (admins see everyone's; "
+                "anyone else their own, and this is ignored).",
+            )
+        ]
+    )
+    def list(self, request, *args, **kwargs):
+        return super().list(request, *args, **kwargs)
 
     @extend_schema(request=TokenCreateSerializer, responses={201: TokenIssuedSerializer})
     def create(self, request, *args, **kwargs):

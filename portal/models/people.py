@@ -82,6 +82,9 @@ class Membership(models.Model):
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
     user = models.ForeignKey("portal.User", on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    # Given by the identity provider's groups at sign-in (portal/services/sso.py): such a
+    # membership follows the groups, and ends when the person leaves the group.
+    from_sso = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

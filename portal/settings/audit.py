@@ -34,7 +34,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL"
     )
 # Safe requests under these paths are audited too; unsafe requests are audited everywhere.
-PORTAL_AUDIT_PATH_PREFIXES = ["/api/", "/admin/", "/audit/", "/tensorboard/"]
+PORTAL_AUDIT_PATH_PREFIXES = ["/api/", "/admin/", "/audit/", "/tensorboard/", "/oidc/", "/sso/"]
 # ... except these, which serve code rather than data (the admin's JavaScript catalog).
 PORTAL_AUDIT_QUIET_PATHS = ["/admin/jsi18n/"]
 # Signs the chain's checkpoints (HMAC-SHA256). Not SECRET_KEY: rotating one must not touch

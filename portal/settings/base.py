@@ -146,7 +146,10 @@ AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     # The permissions a role gives (portal/permissions.py), before the per-user grants.
     "portal.lib.backends.RoleBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    # Single sign-on's callback (idle unless PORTAL_OIDC_ISSUER is set), then passwords
+    # (Django's ModelBackend, refusing all but the break-glass accounts under PORTAL_OIDC_ONLY).
+    "portal.lib.sso.ProviderBackend",
+    "portal.lib.sso.PasswordBackend",
 ]
 # Failed sign-ins (pages, admin and the token endpoint) are counted per username and address;
 # the sixth within the cool-off answers 429 with Retry-After, and the lock lifts by itself.

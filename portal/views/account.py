@@ -8,14 +8,43 @@ from django.contrib.auth import views as auth_views
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
+from portal.lib.sso import logout_url, sso_enabled
+
 
 class LoginView(auth_views.LoginView):
+    """The password form and, with single sign-on configured, the provider's button (with
+    PORTAL_OIDC_ONLY the form is folded away: only break-glass accounts still use it)."""
+
     template_name = "portal/login.html"
     redirect_authenticated_user = True
 
+    def get_context_data(self, **kwargs):
+        return super().get_context_data(
+            **kwargs,
+            sso=sso_enabled(),
+            sso_name=settings.PORTAL_OIDC_PROVIDER_NAME,
+            sso_only=sso_enabled() and settings.PORTAL_OIDC_ONLY,
+        )
+
 
 class LogoutView(auth_views.LogoutView):
+    """Signs out of the portal and, after a single sign-on, of the provider too (RP-initiated
+    logout) when it offers that: the signed-out page sends the browser on to the provider.
+    Not a redirect: the sign-out is a form, and the Content-Security-Policy's form-action
+    (this origin only) stops a form's redirect to another origin."""
+
     template_name = "portal/logged_out.html"
+
+    def post(self, request, *args, **kwargs):
+        self.provider_logout = logout_url(request)
+        return super().post(request, *args, **kwargs)
+
+    def get_context_data(self, **kwargs):
+        return super().get_context_data(
+            **kwargs,
+            provider_logout=getattr(self, "provider_logout", None),
+            sso_name=settings.PORTAL_OIDC_PROVIDER_NAME,
+        )
 
 
 # AccessAttempt.username holds this many characters; a longer name must not reach the table.

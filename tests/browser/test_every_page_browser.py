@@ -168,6 +168,7 @@ def pages_for(role: str, world) -> list[str]:
         "/costs/reconciliation/",
         "/webhooks/",
         f"/webhooks/{world['webhook'].pk}/",
+        "/sso/",
         "/admin/",
         f"/admin/instances/instancetype/{world['instance_type'].pk}/change/",
         "/admin/portal/user/",

@@ -231,6 +231,8 @@ def queries(api, url: str) -> tuple[int, int]:
     return len(captured.captured_queries), len(rows)
 
 
+# A sweep (every list grown to 200 rows): in make test, not in make test-fast's inner loop.
+@pytest.mark.sweep
 def test_a_page_of_200_rows_costs_the_queries_of_a_page_of_10(api_as, world):
     counts = {}
     for size in (SMALL, LARGE):

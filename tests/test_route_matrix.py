@@ -587,6 +587,8 @@ def _clients(world) -> dict[str, Client]:
     return clients
 
 
+# A sweep (every route as every persona): in make test, not in make test-fast's inner loop.
+@pytest.mark.sweep
 def test_each_route_answers_each_persona_as_the_table_says(world):
     """One pass over every route: each call runs in a transaction that is rolled back, so each
     persona finds alice's objects as they were. Every mismatch is listed at once."""

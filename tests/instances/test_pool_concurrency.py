@@ -78,6 +78,8 @@ def test_simultaneous_passes_launch_each_missing_host_once(catalog, alice, proje
 
 def _waiting_on_a_lock() -> bool:
     with connection.cursor() as cursor:
+        # The statistics views are a snapshot kept for the whole transaction: take a new one.
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity"
             " WHERE datname = current_database() AND wait_event_type = 'Lock'"

@@ -68,6 +68,9 @@ class ProjectAdmin(admin.ModelAdmin):
     list_filter = ["is_active"]
     search_fields = ["slug", "name", "memberships__user__username"]
     inlines = [MembershipInline]
+    # Changed on the project's page or with PATCH /api/v1/projects/{slug}/, which keep the
+    # project's history (services.project_isolation_set).
+    readonly_fields = Project.ISOLATION_FIELDS
 
     def save_model(self, request, obj, form, change):
         services.project_save(project=obj)

@@ -163,6 +163,11 @@ def can_set_quotas(user) -> bool:
     return is_admin(user)
 
 
+def can_set_isolation(user) -> bool:
+    """Where a project's hosts run (network, key, tenancy, instance profile): admins only."""
+    return is_admin(user)
+
+
 def can_request_quota(user, project) -> bool:
     """Whoever may order in a project may ask the admins for more of its quota."""
     return can_order_in(user, project)

@@ -24,7 +24,17 @@ from instances.api.jobs import host_job_urls
 from instances.api.telemetry import InstanceMetricsView
 from portal.api import TokenViewSet, WebhookViewSet
 from portal.lib.sso import CallbackView, SignInView
-from portal.views import account, dashboard, health, metrics, notices, sso, tokens, webhooks
+from portal.views import (
+    account,
+    dashboard,
+    health,
+    metrics,
+    notices,
+    people,
+    sso,
+    tokens,
+    webhooks,
+)
 
 
 class ApiSchemaView(SpectacularAPIView):
@@ -81,6 +91,8 @@ urlpatterns = [
     path("oidc/authenticate/", login_not_required(SignInView.as_view()), name="oidc-login"),
     path("oidc/callback/", login_not_required(CallbackView.as_view()), name="oidc-callback"),
     path("sso/", sso.sso_page, name="sso"),
+    path("projects/", people.projects_page, name="projects"),
+    path("projects/<slug:slug>/", people.project_page, name="project"),
     path("webhooks/", webhooks.webhooks_page, name="webhooks"),
     path("webhooks/<int:pk>/", webhooks.webhook_page, name="webhook"),
     path("notices/", notices.notices_page, name="notices"),

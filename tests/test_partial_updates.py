@@ -9,7 +9,7 @@ import pytest
 from instances import services
 from instances.models import Quota
 from instances.services import quota_set
-from portal.services import webhook_create
+from portal.services import project_isolation_set, webhook_create
 from tests.instances.pool_helpers import make_pool  # noqa: F401
 
 # Per PATCH path: a value for each field it accepts, each unlike the one the object starts
@@ -50,7 +50,17 @@ WEBHOOK = {
     "description": "on call",
     "is_active": False,
 }
+PROJECT = {
+    "subnet_ids": ["subnet-1b2c3d4e5f678901a"],
+    "security_group_ids": ["sg-0123456789abcdef1"],
+    "kms_key_id": "alias/vision-lab-2",
+    "tenancy": "dedicated",
+    "host_id": "h-0fedcba9876543211",
+    "instance_profile": "vision-hosts-2",
+}
 WALKED = {
+    # Leaving host tenancy drops the host id with it (docs/admins.md).
+    "/api/v1/projects/{slug}/": (PROJECT, {"launches_with", "host_id"}),
     "/api/v1/quotas/{id}/": (QUOTA, {"updated_at", "updated_by", "changes"}),
     "/api/v1/pools/{id}/": (POOL, {"events"}),
     "/api/v1/pools/{id}/schedules/{sid}/": (
@@ -116,7 +126,18 @@ def objects(ada, alice, catalog, projects, make_pool):  # noqa: F811
         events=["order.placed"],
         description="lab chat",
     )
+    project_isolation_set(
+        project=projects["nlp-lab"],
+        actor=ada,
+        subnet_ids=["subnet-0a1b2c3d4e5f67890"],
+        security_group_ids=["sg-0123456789abcdef0"],
+        kms_key_id="alias/vision-lab",
+        tenancy="host",
+        host_id="h-0fedcba9876543210",
+        instance_profile="vision-hosts",
+    )
     return {
+        "/api/v1/projects/{slug}/": (ada, "/api/v1/projects/nlp-lab/"),
         "/api/v1/webhooks/{id}/": (ada, f"/api/v1/webhooks/{webhook.pk}/"),
         "/api/v1/quotas/{id}/": (ada, f"/api/v1/quotas/{quota.pk}/"),
         "/api/v1/pools/{id}/": (alice, f"/api/v1/pools/{pool.pk}/"),

@@ -112,6 +112,10 @@ EXPECTED: dict[tuple[str, str], tuple[int, ...]] = {
     # register and manage them (finance: budget-only ones); members who manage nothing have
     # no webhooks page. An empty form answers 400; a resend goes back to the page.
     # Single sign-on's rules are the admins'; an empty rule answers 400 on the form.
+    # Projects: members read their project's page; only admins change where its hosts run.
+    ("projects", "GET"): (200, 200, 200, 200, 200, 302),
+    ("project", "GET"): (200, 200, 404, 200, 200, 302),
+    ("project", "POST"): (403, 403, 404, 302, 403, 302),
     ("sso", "GET"): (403, 403, 403, 200, 403, 302),
     ("sso", "POST"): (403, 403, 403, 400, 403, 302),
     ("webhooks", "GET"): (404, 404, 404, 200, 200, 302),
@@ -127,6 +131,8 @@ EXPECTED: dict[tuple[str, str], tuple[int, ...]] = {
     ("image-detail", "GET"): (200, 200, 200, 200, 200, 401),
     ("project-list", "GET"): (200, 200, 200, 200, 200, 401),
     ("project-detail", "GET"): (200, 200, 404, 200, 200, 401),
+    ("project-detail", "PATCH"): (403, 403, 404, 200, 403, 401),
+    ("project-history", "GET"): (200, 200, 404, 200, 200, 401),
     ("audit-event-list", "GET"): (403, 403, 403, 200, 403, 401),
     ("audit-event-detail", "GET"): (403, 403, 403, 200, 403, 401),
     ("order-list", "GET"): (200, 200, 200, 200, 200, 401),
@@ -285,6 +291,7 @@ PAGE_METHODS = {
     "webhooks": ["GET", "POST"],
     "sso": ["GET", "POST"],
     "webhook": ["GET", "POST"],
+    "project": ["GET", "POST"],
 }
 
 
@@ -421,6 +428,8 @@ def _request(world, name: str, method: str) -> tuple[str, dict]:
         "instance-type-detail": {"name": "g5.xlarge"},
         "image-detail": {"name": "tf-2.17-cuda12.3"},
         "project-detail": {"slug": "vision-lab"},
+        "project": {"slug": "vision-lab"},
+        "project-history": {"slug": "vision-lab"},
         "order-detail": {"pk": placed.pk},
         "order-approve": {"pk": pending.pk},
         "order-reject": {"pk": pending.pk},
@@ -549,6 +558,8 @@ def _request(world, name: str, method: str) -> tuple[str, dict]:
         ("quota-save", "POST"): {"vision-lab-max_gpus": "50"},
         ("project-idle-policy", "PUT"): {"enabled": True, "idle_minutes": 30},
         ("project-approval-policy", "PUT"): {"gpus_above": 4},
+        ("project-detail", "PATCH"): {"tenancy": "dedicated"},
+        ("project", "POST"): {"tenancy": "dedicated"},
         ("approval-policy", "POST"): {"gpus_above": "4", "expire_after_days": "3"},
         ("idle-policy", "POST"): {
             "enabled": "on",

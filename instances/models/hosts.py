@@ -66,6 +66,9 @@ class Instance(models.Model):
     availability_zone = models.CharField(max_length=32, blank=True)
     public_ip = models.GenericIPAddressField(null=True, blank=True)
     private_ip = models.GenericIPAddressField(null=True, blank=True)
+    # Where it runs and what guards it, recorded at launch (instances.services.cloud.
+    # host_isolation): subnet, security groups, volume key, tenancy, host, instance profile.
+    isolation = models.JSONField(default=dict, blank=True)
     launched_at = models.DateTimeField(null=True, blank=True)
     # When the host first ran (a replacement carries on the one it replaces): the lease counts
     # from here. lease_expires_at is always lease_end(), stored so queries can filter on it.

@@ -48,6 +48,9 @@ class SimulatedHost(models.Model):
     interrupt_at = models.DateTimeField(null=True, blank=True)
     # What cloud-init put in the host's environment (the checkpoint location).
     environment = models.JSONField(default=dict)
+    # Where it runs and what guards it (SimulatedProvider._isolation): subnet, security
+    # groups, the key of its encrypted volume, tenancy, dedicated host, instance profile.
+    isolation = models.JSONField(default=dict)
 
     class Meta:
         ordering = ["launched_at", "cloud_id"]

@@ -119,6 +119,21 @@ def host_name(instance_uuid: str) -> str:
 
 
 @dataclass(frozen=True)
+class Isolation:
+    """Where a host runs and what guards it: its project's (or the portal's) subnets, security
+    groups, the KMS key of its encrypted volume, its tenancy and instance profile. Empty
+    fields leave the choice to the cloud (the default VPC and its security group, the account's
+    default EBS key, no instance profile)."""
+
+    subnet_ids: tuple[str, ...] = ()
+    security_group_ids: tuple[str, ...] = ()
+    kms_key_id: str = ""
+    tenancy: str = "default"
+    host_id: str = ""
+    instance_profile: str = ""
+
+
+@dataclass(frozen=True)
 class LaunchRequest:
     """Everything a launch needs; the same request with the same token is the same host."""
 
@@ -139,6 +154,7 @@ class LaunchRequest:
     # The host runs a managed job: the simulated cloud starts an agent process for it (EC2
     # hosts always run their agent, from cloud-init).
     runs_job: bool = False
+    isolation: Isolation = field(default_factory=Isolation)
 
 
 @dataclass(frozen=True)
@@ -158,6 +174,8 @@ class CloudHost:
     public_ip: str | None = None
     # True when the cloud ended a spot host to take its capacity back.
     spot_interrupted: bool = False
+    # The subnet the cloud put it in (of the request's, or the default VPC's).
+    subnet_id: str = ""
 
     @property
     def instance_uuid(self) -> str:

@@ -76,7 +76,7 @@ class EC2Provider(Provider):
             # Adaptive mode backs off on throttling client-side (RunInstances is a token bucket).
             config=Config(retries={"mode": "adaptive", "max_attempts": 8}),
         )
-        self._zones: dict[str, str] | None = None
+        self._zones: dict[str, str] = {}  # subnet -> its availability zone
 
     def _describe_types(self, names: list[str]) -> list[dict]:
         try:
@@ -211,8 +211,9 @@ class EC2Provider(Provider):
             "Encrypted": True,
             "DeleteOnTermination": True,
         }
-        if settings.PORTAL_EC2_KMS_KEY_ID:
-            ebs["KmsKeyId"] = settings.PORTAL_EC2_KMS_KEY_ID
+        isolation = request.isolation
+        if isolation.kms_key_id:
+            ebs["KmsKeyId"] = isolation.kms_key_id
         params = {
             "ClientToken": request.client_token,
             "ImageId": request.image_id,
@@ -232,17 +233,21 @@ class EC2Provider(Provider):
                 {"ResourceType": "volume", "Tags": tags},
             ],
         }
-        if settings.PORTAL_EC2_SECURITY_GROUP_IDS:
-            params["SecurityGroupIds"] = list(settings.PORTAL_EC2_SECURITY_GROUP_IDS)
-        if settings.PORTAL_EC2_INSTANCE_PROFILE:
-            key = "Arn" if settings.PORTAL_EC2_INSTANCE_PROFILE.startswith("arn:") else "Name"
-            params["IamInstanceProfile"] = {key: settings.PORTAL_EC2_INSTANCE_PROFILE}
+        if isolation.security_group_ids:
+            params["SecurityGroupIds"] = list(isolation.security_group_ids)
+        if isolation.instance_profile:
+            key = "Arn" if isolation.instance_profile.startswith("arn:") else "Name"
+            params["IamInstanceProfile"] = {key: isolation.instance_profile}
+        if isolation.tenancy == "host":
+            params["Placement"] = {"Tenancy": "host", "HostId": isolation.host_id}
+        elif isolation.tenancy == "dedicated":
+            params["Placement"] = {"Tenancy": "dedicated"}
         if request.market == "spot":
             spot = {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}
             if request.max_spot_price is not None:
                 spot["MaxPrice"] = str(request.max_spot_price)
             params["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": spot}
-        subnets = self._subnets_to_try(request.avoid_zone)
+        subnets = self._subnets_to_try(isolation.subnet_ids, request.avoid_zone)
         if not subnets:
             reply = self._call("run_instances", **params)
             return self._host(reply["Instances"][0])
@@ -270,14 +275,14 @@ class EC2Provider(Provider):
             code=NO_CAPACITY,
         )
 
-    def _subnets_to_try(self, avoid_zone: str) -> list[str]:
-        """The configured subnets (one per zone) in order, the zone to avoid last."""
-        subnets = list(settings.PORTAL_EC2_SUBNET_IDS)
-        if not subnets:
-            return []
-        if self._zones is None:
-            reply = self._call("describe_subnets", SubnetIds=subnets)
-            self._zones = {row["SubnetId"]: row["AvailabilityZone"] for row in reply["Subnets"]}
+    def _subnets_to_try(self, subnets: Iterable[str], avoid_zone: str) -> list[str]:
+        """The host's subnets (one per zone) in order, the zone to avoid last."""
+        subnets = list(subnets)
+        unknown = [subnet for subnet in subnets if subnet not in self._zones]
+        if unknown:
+            # A subnet's zone never changes: each is asked once per process.
+            reply = self._call("describe_subnets", SubnetIds=unknown)
+            self._zones |= {row["SubnetId"]: row["AvailabilityZone"] for row in reply["Subnets"]}
         return sorted(subnets, key=lambda subnet: self._zones.get(subnet) == avoid_zone)
 
     def _launched_earlier(self, request: LaunchRequest, error: Exception) -> CloudHost:
@@ -311,6 +316,7 @@ class EC2Provider(Provider):
             private_ip=item.get("PrivateIpAddress"),
             public_ip=item.get("PublicIpAddress"),
             spot_interrupted=code in SPOT_INTERRUPTION_CODES,
+            subnet_id=item.get("SubnetId", ""),
         )
 
     def _instances(self, filters: list[dict]) -> list[CloudHost]:

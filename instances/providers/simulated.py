@@ -13,7 +13,7 @@ import json
 import logging
 import time
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import asdict, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -135,6 +135,7 @@ class SimulatedProvider(SpotMarket, Provider):
             "ssh_public_key": request.ssh_public_key,
             "tags": request.tags,
             "environment": request.environment,
+            "isolation": asdict(request.isolation),
         }
         return hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()
 
@@ -225,6 +226,7 @@ class SimulatedProvider(SpotMarket, Provider):
             private_ip=row.private_ip,
             public_ip=row.public_ip if row.state != SimulatedHost.State.TERMINATED else None,
             spot_interrupted=row.state_reason == SPOT_INTERRUPTION_REASON,
+            subnet_id=row.isolation.get("subnet_id", ""),
         )
 
     def launch(self, request: LaunchRequest) -> CloudHost:
@@ -333,6 +335,7 @@ class SimulatedProvider(SpotMarket, Provider):
                 region=self.region,
                 availability_zone=self._zone(request),
                 environment=request.environment,
+                isolation=self._isolation(request),
                 private_ip=self._address("10.20.0.0/16", "private_ip", cloud_id),
                 public_ip=self._address("198.51.100.0/24", "public_ip", cloud_id),
                 state=SimulatedHost.State.PENDING if settles else SimulatedHost.State.RUNNING,
@@ -340,6 +343,18 @@ class SimulatedProvider(SpotMarket, Provider):
                 settles_at=settles,
                 launched_at=now,
             )
+
+    def _isolation(self, request: LaunchRequest) -> dict:
+        """The request's isolation as EC2 records it, with the one subnet the host went to (the
+        first, or the second for a replacement that stays out of zone a)."""
+        values = asdict(request.isolation)
+        subnets = values.pop("subnet_ids")
+        avoiding = request.avoid_zone == f"{self.region}a" and len(subnets) > 1
+        subnet = subnets[1] if avoiding else (subnets[0] if subnets else "")
+        return values | {
+            "subnet_id": subnet,
+            "security_group_ids": list(values["security_group_ids"]),
+        }
 
     def _zone(self, request: LaunchRequest) -> str:
         """Zone a of the region, or zone b for a replacement that stays out of zone a."""

@@ -18,6 +18,7 @@ from instances.providers.base import (
     TAG_PROJECT,
     CloudHost,
     CloudState,
+    Isolation,
     LaunchRequest,
     Provider,
 )
@@ -54,6 +55,31 @@ def failure_reason(instance: Instance, error: Exception, *, attempts: int | None
     return f"{text} [{code or type(error).__name__}: {error}]"
 
 
+def launch_isolation(project) -> Isolation:
+    """Where a project's hosts run and what guards them (Project.isolation_in_effect)."""
+    values = project.isolation_in_effect()
+    return Isolation(
+        **values
+        | {
+            "subnet_ids": tuple(values["subnet_ids"]),
+            "security_group_ids": tuple(values["security_group_ids"]),
+        }
+    )
+
+
+def host_isolation(isolation: Isolation, host: CloudHost) -> dict:
+    """What a host's page says of where it runs: the subnet the cloud chose, and what the
+    launch asked for of the rest (EC2 refuses a launch it cannot honour, never downgrades it)."""
+    return {
+        "subnet_id": host.subnet_id,
+        "security_group_ids": list(isolation.security_group_ids),
+        "kms_key_id": isolation.kms_key_id,
+        "tenancy": isolation.tenancy,
+        "host_id": isolation.host_id,
+        "instance_profile": isolation.instance_profile,
+    }
+
+
 def launch_request(instance: Instance) -> LaunchRequest:
     order = instance.order
     avoid_zone = ""
@@ -78,6 +104,7 @@ def launch_request(instance: Instance) -> LaunchRequest:
         environment=host_environment(order.checkpoint_uri),
         avoid_zone=avoid_zone,
         runs_job=Job.objects.filter(order_id=instance.order_id).exists(),
+        isolation=launch_isolation(instance.project),
     )
 
 
@@ -197,9 +224,12 @@ def instance_provision(*, instance_id, provider: Provider | None = None) -> Inst
     existing = provider.find_tagged(str(instance.id))
     if existing:
         host = min(existing, key=launch_order_key)
+        isolation = launch_isolation(instance.project)
     else:
         agent_credential_issue(instance=instance)
-        host = provider.launch(launch_request(instance))
+        request = launch_request(instance)
+        host, isolation = provider.launch(request), request.isolation
+    Instance.objects.filter(pk=instance.pk).update(isolation=host_isolation(isolation, host))
     instance = instance_load(instance_id)
     if not instance.is_live or instance.status == Instance.Status.TERMINATING:
         # Terminated while the launch was in flight: the host must not outlive its row.

@@ -207,6 +207,13 @@ def order_validate(
             f"Spot is not offered for {instance_type.name}; order it on_demand.",
             "spot_not_offered",
         )
+    elif market == Market.SPOT and project.tenancy == project.Tenancy.HOST:
+        refuse(
+            "market",
+            f"{project.slug}'s hosts run on the dedicated host {project.host_id}, which takes "
+            "no spot hosts; order on_demand.",
+            "spot_not_on_dedicated_host",
+        )
     if not 1 <= count <= settings.PORTAL_ORDER_MAX_COUNT:
         refuse(
             "count",

@@ -29,6 +29,7 @@ from instances.selectors.telemetry import gpu_first_reading_at, latest_gpu_readi
 from instances.services.idle import idle_since
 from instances.services.leases import in_words
 from portal import permissions
+from portal.lib.isolation import in_words as isolation_in_words
 from portal.lib.pages import forbidden, service_errors
 
 
@@ -208,6 +209,7 @@ def _host_context(request: HttpRequest, instance: Instance) -> dict:
         "replaced_by": instance.replaced_by,
         "takeback": services.spot_takeback(instance),
         "checkpoint_dir": backup_dir(instance.order.checkpoint_uri),
+        "isolation": isolation_in_words(instance.isolation),
     }
 
 

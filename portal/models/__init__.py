@@ -2,7 +2,7 @@
 tokens, single sign-on (sso) and webhooks. Callers import them from here."""
 
 from portal.models.notices import Notice
-from portal.models.people import Membership, Project, ProjectQuerySet, User
+from portal.models.people import Membership, Project, ProjectChange, ProjectQuerySet, User
 from portal.models.sso import ExternalIdentity, GroupRule
 from portal.models.tokens import ApiToken
 from portal.models.webhooks import Webhook, WebhookAttempt, WebhookDelivery, WebhookEvent
@@ -14,6 +14,7 @@ __all__ = [
     "Membership",
     "Notice",
     "Project",
+    "ProjectChange",
     "ProjectQuerySet",
     "User",
     "Webhook",

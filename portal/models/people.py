@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractUser, UserManager
+from django.core.exceptions import ValidationError
 from django.db import models
+
+from portal.lib import isolation
 
 
 class User(AbstractUser):
@@ -63,6 +67,37 @@ class Project(models.Model):
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
+    # Where the project's hosts run and what guards them (admins set these; a field left empty
+    # takes the portal's PORTAL_EC2_* setting: isolation_in_effect).
+    class Tenancy(models.TextChoices):
+        DEFAULT = "default", "Shared hardware"
+        DEDICATED = "dedicated", "Dedicated instances"
+        HOST = "host", "A dedicated host"
+
+    subnet_ids = models.JSONField(
+        default=list, blank=True, validators=[isolation.validate_subnet_ids]
+    )
+    security_group_ids = models.JSONField(
+        default=list, blank=True, validators=[isolation.validate_security_group_ids]
+    )
+    kms_key_id = models.CharField(
+        max_length=300, blank=True, validators=[isolation.validate_kms_key]
+    )
+    tenancy = models.CharField(max_length=16, choices=Tenancy.choices, default=Tenancy.DEFAULT)
+    host_id = models.CharField(max_length=32, blank=True, validators=[isolation.validate_host_id])
+    instance_profile = models.CharField(
+        max_length=300, blank=True, validators=[isolation.validate_instance_profile]
+    )
+
+    ISOLATION_FIELDS = (
+        "subnet_ids",
+        "security_group_ids",
+        "kms_key_id",
+        "tenancy",
+        "host_id",
+        "instance_profile",
+    )
+
     objects = ProjectQuerySet.as_manager()
 
     class Meta:
@@ -70,6 +105,49 @@ class Project(models.Model):
 
     def __str__(self) -> str:
         return self.slug
+
+    def isolation_in_effect(self) -> dict:
+        """What the project's hosts launch with: each isolation field the project sets, else
+        the portal's PORTAL_EC2_* setting (tenancy and host are the project's alone)."""
+        return {
+            "subnet_ids": list(self.subnet_ids or settings.PORTAL_EC2_SUBNET_IDS),
+            "security_group_ids": list(
+                self.security_group_ids or settings.PORTAL_EC2_SECURITY_GROUP_IDS
+            ),
+            "kms_key_id": self.kms_key_id or settings.PORTAL_EC2_KMS_KEY_ID,
+            "tenancy": self.tenancy,
+            "host_id": self.host_id,
+            "instance_profile": self.instance_profile or settings.PORTAL_EC2_INSTANCE_PROFILE,
+        }
+
+    def clean(self) -> None:
+        if self.tenancy == self.Tenancy.HOST and not self.host_id:
+            raise ValidationError(
+                {"host_id": "Host tenancy runs every host on one dedicated host: give its id."}
+            )
+        if self.host_id and self.tenancy != self.Tenancy.HOST:
+            raise ValidationError(
+                {"host_id": "A dedicated host id goes with tenancy host; leave it empty."}
+            )
+
+
+class ProjectChange(models.Model):
+    """Who changed a project's isolation (its network, key, tenancy, instance profile), when,
+    from what to what: the project's history."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="changes")
+    changed_by = models.ForeignKey(
+        "portal.User", null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    changed_at = models.DateTimeField(auto_now_add=True)
+    before = models.JSONField(default=dict)
+    after = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["-changed_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.project} changed by {self.changed_by} at {self.changed_at:%Y-%m-%d %H:%M}"
 
 
 class Membership(models.Model):

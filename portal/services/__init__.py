@@ -13,6 +13,7 @@ from portal.services.notices import (
 from portal.services.people import (
     membership_remove,
     membership_set,
+    project_isolation_set,
     project_save,
     project_upsert,
     user_upsert,
@@ -43,6 +44,7 @@ __all__ = [
     "notice_send",
     "notices_close",
     "notices_mark_read",
+    "project_isolation_set",
     "project_save",
     "project_upsert",
     "token_authenticate",

@@ -7,6 +7,7 @@ from django.db import transaction
 from portal.models import (
     Membership,
     Project,
+    ProjectChange,
     User,
 )
 
@@ -62,6 +63,34 @@ def project_save(*, project: Project) -> Project:
     """Save a project edited in the Django admin, validating it first."""
     project.full_clean()
     project.save()
+    return project
+
+
+@transaction.atomic
+def project_isolation_set(*, project: Project, actor: User | None, **values) -> Project:
+    """Set some of a project's isolation fields (Project.ISOLATION_FIELDS) and record the
+    change, old and new values, in its history. Leaving host tenancy drops the host id with
+    it. Malformed values raise ValidationError and change nothing; an unchanged value leaves no
+    history."""
+    unknown = set(values) - set(Project.ISOLATION_FIELDS)
+    if unknown:
+        raise TypeError(f"not isolation fields: {sorted(unknown)}")
+    project = Project.objects.select_for_update().get(pk=project.pk)
+    if values.get("tenancy", project.tenancy) != Project.Tenancy.HOST:
+        values.setdefault("host_id", "")
+    before = {name: getattr(project, name) for name in values}
+    for name, value in values.items():
+        setattr(project, name, value)
+    project.full_clean()
+    changed = [name for name in values if before[name] != values[name]]
+    if changed:
+        project.save(update_fields=changed)
+        ProjectChange.objects.create(
+            project=project,
+            changed_by=actor,
+            before={name: before[name] for name in changed},
+            after={name: values[name] for name in changed},
+        )
     return project
 
 

@@ -29,7 +29,7 @@ from instances.services.jobs import (
     job_submit,
 )
 from portal.models import ApiToken
-from portal.services import token_issue, webhook_create, webhook_emit
+from portal.services import project_isolation_set, token_issue, webhook_create, webhook_emit
 from tests.browser.conftest import answer_confirmation, keep_screenshot
 from tests.conftest import ED25519, PASSWORD
 from tests.test_route_matrix import NOT_HERE, PAGE_METHODS
@@ -68,6 +68,15 @@ def world(alice, bob, ada, fin, projects, running_host, place_order):
     running_host(market="spot")
     quota_set(project=vision, actor=ada, max_gpus=8)
     approval_policy_set(project=vision, actor=ada, gpus_above=2)
+    # Its own network and key, with a history of two changes (the project's page shows both).
+    project_isolation_set(project=vision, actor=ada, tenancy="dedicated")
+    project_isolation_set(
+        project=vision,
+        actor=ada,
+        subnet_ids=["subnet-0a1b2c3d4e5f67890", "subnet-1b2c3d4e5f678901a"],
+        security_group_ids=["sg-0123456789abcdef0"],
+        kms_key_id="arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab",
+    )
     place_order(bob, count=3)
     budget_set(project=vision, actor=fin, monthly_amount="40")
     usage_meter(now=timezone.now() + timedelta(minutes=30))
@@ -138,6 +147,8 @@ def pages_for(role: str, world) -> list[str]:
         "/hosts/",
         f"/hosts/{host.pk}/",
         f"/projects/{host.project.slug}/idle-policy/",
+        "/projects/",
+        f"/projects/{host.project.slug}/",
         "/account/tokens/",
         "/notices/",
         f"/quotas/{host.project.slug}/request/",

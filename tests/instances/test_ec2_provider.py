@@ -18,6 +18,7 @@ from instances.providers.base import (
     TAG_INSTANCE,
     TAG_OWNER,
     TAG_PROJECT,
+    Isolation,
     LaunchRequest,
     ProviderPermanentError,
     ProviderTransientError,
@@ -110,10 +111,9 @@ def test_the_root_volume_is_encrypted_gp3_of_the_configured_size(moto_ec2, launc
     assert mapping["Ebs"]["DeleteOnTermination"] is True
 
 
-def test_the_root_volume_is_encrypted_with_the_configured_kms_key(moto_ec2, launch, settings):
+def test_the_root_volume_is_encrypted_with_the_projects_kms_key(moto_ec2, launch):
     key = boto3.client("kms", region_name="us-east-1").create_key()["KeyMetadata"]
-    settings.PORTAL_EC2_KMS_KEY_ID = key["Arn"]
-    volume = root_volume(moto_ec2, launch())
+    volume = root_volume(moto_ec2, launch(isolation=Isolation(kms_key_id=key["Arn"])))
     assert volume["Encrypted"] is True
     assert volume["KmsKeyId"] == key["Arn"]
 
@@ -148,26 +148,27 @@ def test_without_network_settings_the_host_goes_to_the_default_subnet(moto_ec2, 
     assert instance["VpcId"] == default_vpc["Vpcs"][0]["VpcId"]
 
 
-def test_the_host_goes_to_the_subnet_and_security_groups_from_settings(moto_ec2, launch, settings):
+def test_the_host_goes_to_the_projects_subnet_and_security_groups(moto_ec2, launch):
     vpc = moto_ec2.create_vpc(CidrBlock="10.40.0.0/16")["Vpc"]["VpcId"]
     subnet = moto_ec2.create_subnet(VpcId=vpc, CidrBlock="10.40.1.0/24")["Subnet"]["SubnetId"]
     groups = [
         moto_ec2.create_security_group(GroupName=name, Description=name, VpcId=vpc)["GroupId"]
         for name in ("portal-ssh", "portal-egress")
     ]
-    settings.PORTAL_EC2_SUBNET_IDS = [subnet]
-    settings.PORTAL_EC2_SECURITY_GROUP_IDS = groups
-    instance = launch()
+    instance = launch(isolation=Isolation(subnet_ids=(subnet,), security_group_ids=tuple(groups)))
     assert (instance["SubnetId"], instance["VpcId"]) == (subnet, vpc)
     assert {group["GroupId"] for group in instance["SecurityGroups"]} == set(groups)
 
 
 @pytest.mark.parametrize("by", ["name", "arn"])
-def test_the_host_gets_the_instance_profile_from_settings(launch, settings, by):
+def test_the_host_gets_the_projects_instance_profile(launch, by):
     iam = boto3.client("iam", region_name="us-east-1")
     profile = iam.create_instance_profile(InstanceProfileName="portal-host")["InstanceProfile"]
-    settings.PORTAL_EC2_INSTANCE_PROFILE = profile["InstanceProfileName" if by == "name" else "Arn"]
-    assert launch()["IamInstanceProfile"]["Arn"] == profile["Arn"]
+    named = profile["InstanceProfileName" if by == "name" else "Arn"]
+    assert (
+        launch(isolation=Isolation(instance_profile=named))["IamInstanceProfile"]["Arn"]
+        == (profile["Arn"])
+    )
 
 
 def test_a_spot_launch_asks_for_a_one_time_spot_host_under_the_max_price(

@@ -6,22 +6,28 @@ from __future__ import annotations
 import pytest
 from botocore.exceptions import ClientError
 
-from instances.providers.base import ProviderTransientError
+from instances.providers.base import Isolation, ProviderTransientError
 from instances.providers.ec2 import EC2Provider
-from tests.instances.test_ec2_provider import a_request
+from tests.instances.test_ec2_provider import a_request as one_request
 
 
 @pytest.fixture
-def zones(moto_ec2, settings) -> dict[str, str]:
-    """Three subnets of one VPC, one per zone, configured in zone order; zone -> subnet."""
+def zones(moto_ec2) -> dict[str, str]:
+    """Three subnets of one VPC, one per zone, in zone order; zone -> subnet."""
     vpc = moto_ec2.create_vpc(CidrBlock="10.50.0.0/16")["Vpc"]["VpcId"]
     subnets = {}
     for number, zone in enumerate(["us-east-1a", "us-east-1b", "us-east-1c"], start=1):
         subnets[zone] = moto_ec2.create_subnet(
             VpcId=vpc, CidrBlock=f"10.50.{number}.0/24", AvailabilityZone=zone
         )["Subnet"]["SubnetId"]
-    settings.PORTAL_EC2_SUBNET_IDS = list(subnets.values())
     return subnets
+
+
+@pytest.fixture
+def a_request(zones):
+    """A launch request for hosts of a project with the three subnets."""
+    isolation = Isolation(subnet_ids=tuple(zones.values()))
+    return lambda image_id, **changes: one_request(image_id, isolation=isolation, **changes)
 
 
 @pytest.fixture
@@ -63,13 +69,13 @@ def live_hosts(moto_ec2) -> list[dict]:
     return [item for r in reply["Reservations"] for item in r["Instances"]]
 
 
-def test_a_launch_goes_to_the_first_configured_zone(ec2, cloud, ami_id):
+def test_a_launch_goes_to_the_first_configured_zone(a_request, ec2, cloud, ami_id):
     assert ec2.launch(a_request(ami_id, market="spot")).availability_zone == "us-east-1a"
     assert len(cloud.calls) == 1
 
 
 def test_a_zone_without_capacity_sends_the_launch_to_the_next_one_with_the_same_token(
-    ec2, cloud, ami_id, moto_ec2
+    a_request, ec2, cloud, ami_id, moto_ec2
 ):
     cloud.full = {"us-east-1a"}
     request = a_request(ami_id, market="spot")
@@ -79,7 +85,7 @@ def test_a_zone_without_capacity_sends_the_launch_to_the_next_one_with_the_same_
     assert [host["InstanceId"] for host in live_hosts(moto_ec2)] == [host.cloud_id]
 
 
-def test_a_replacement_tries_the_zone_that_lost_its_host_last(ec2, cloud, ami_id, zones):
+def test_a_replacement_tries_the_zone_that_lost_its_host_last(a_request, ec2, cloud, ami_id, zones):
     host = ec2.launch(a_request(ami_id, market="spot", avoid_zone="us-east-1a"))
     assert host.availability_zone == "us-east-1b"
     # Only when every other zone is full does it go back where the capacity was taken.
@@ -95,7 +101,7 @@ def test_a_replacement_tries_the_zone_that_lost_its_host_last(ec2, cloud, ami_id
 
 
 def test_no_capacity_in_any_zone_is_worth_retrying_later_and_launches_nothing(
-    ec2, cloud, ami_id, moto_ec2
+    a_request, ec2, cloud, ami_id, moto_ec2
 ):
     cloud.full = {"us-east-1a", "us-east-1b", "us-east-1c"}
     with pytest.raises(ProviderTransientError) as error:
@@ -105,7 +111,9 @@ def test_no_capacity_in_any_zone_is_worth_retrying_later_and_launches_nothing(
     assert live_hosts(moto_ec2) == []
 
 
-def test_a_token_already_used_in_another_zone_answers_with_that_host(ec2, cloud, ami_id, moto_ec2):
+def test_a_token_already_used_in_another_zone_answers_with_that_host(
+    a_request, ec2, cloud, ami_id, moto_ec2
+):
     # The first try found 1a full and launched in 1b, and its reply was lost. The retry finds
     # room in 1a, where EC2 refuses the token (it launched elsewhere): the host is the 1b one.
     cloud.full = {"us-east-1a"}
@@ -118,7 +126,7 @@ def test_a_token_already_used_in_another_zone_answers_with_that_host(ec2, cloud,
     assert len(live_hosts(moto_ec2)) == 1
 
 
-def test_a_token_taken_but_not_yet_visible_is_worth_asking_again(ec2, cloud, ami_id):
+def test_a_token_taken_but_not_yet_visible_is_worth_asking_again(a_request, ec2, cloud, ami_id):
     cloud.token_taken = {"us-east-1a"}
     with pytest.raises(ProviderTransientError) as error:
         ec2.launch(a_request(ami_id, market="spot"))

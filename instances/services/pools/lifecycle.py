@@ -239,6 +239,14 @@ def pool_update(*, pool: Pool, user: User, **changes) -> Pool:
                 f"Spot is not offered for {row.instance_type.name}; keep spot_percent at 0.",
                 "spot_not_offered",
             )
+        elif changes.get("spot_percent") and row.project.tenancy == row.project.Tenancy.HOST:
+            refuse(
+                errors,
+                "spot_percent",
+                f"{row.project.slug}'s hosts run on the dedicated host {row.project.host_id}, "
+                "which takes no spot hosts; keep spot_percent at 0.",
+                "spot_not_on_dedicated_host",
+            )
         if errors:
             raise ValidationError(errors)
         said = []

@@ -213,6 +213,13 @@ class InstanceRate(Protocol):
     def __call__(self, instance: Any, /) -> Decimal: ...
 
 
+class IsolationCheck(Protocol):
+    """May a project take these isolation values (portal's Project fields)? Raises Django's
+    ValidationError, keyed by field, to refuse; called before the change is saved."""
+
+    def __call__(self, project: Any, /, *, values: dict) -> None: ...
+
+
 # --- the stores ----------------------------------------------------------------------------
 
 ADMISSION_CHECKS: Pieces[AdmissionCheck] = Pieces(
@@ -248,6 +255,12 @@ PRICE_CHANGED: Pieces[PriceChanged] = Pieces(
     "callable(*, instance_type)",
     order=("price_history",),
 )
+ISOLATION_CHECKS: Pieces[IsolationCheck] = Pieces(
+    "isolation_checks",
+    IsolationCheck,
+    "callable(project, *, values) raising ValidationError to refuse",
+    order=("pools",),
+)
 INSTANCE_COST: Slot[InstanceCost] = Slot(
     "instance_cost", InstanceCost, "callable(instances, *, now) -> {pk: Decimal dollars}"
 )
@@ -282,6 +295,7 @@ registry = Registry(
         DASHBOARD_PANELS,
         METRICS_COLLECTORS,
         PRICE_CHANGED,
+        ISOLATION_CHECKS,
         INSTANCE_COST,
         INSTANCE_RATE,
         INSTANCE_COST_NOTES,

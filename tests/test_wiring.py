@@ -50,6 +50,9 @@ EXPECTED = {
         ("billing", "billing.metrics.collect"),
     ],
     "price_changed": [("price_history", "billing.services.prices.list_price_record")],
+    "isolation_checks": [
+        ("pools", "instances.services.pools.checks.pools_isolation_check"),
+    ],
     "instance_cost": [("instance_cost", "billing.services.metering.costs_so_far")],
     "instance_rate": [("instance_rate", "billing.selectors.budgets.host_rate_per_hour")],
     "instance_cost_notes": [("instance_cost_notes", "billing.services.metering.cost_notes")],

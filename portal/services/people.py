@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
+from audit.registry import ISOLATION_CHECKS
 from portal.models import (
     Membership,
     Project,
@@ -82,6 +83,8 @@ def project_isolation_set(*, project: Project, actor: User | None, **values) -> 
     for name, value in values.items():
         setattr(project, name, value)
     project.full_clean()
+    for check in ISOLATION_CHECKS:  # what other apps hold against it (a pool's spot share)
+        check(project, values=values)
     changed = [name for name in values if before[name] != values[name]]
     if changed:
         project.save(update_fields=changed)

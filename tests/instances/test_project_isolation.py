@@ -404,3 +404,16 @@ def test_a_pool_cannot_take_a_spot_share_in_a_project_on_a_dedicated_host(
         api_as(alice).patch(f"/api/v1/pools/{pool.pk}/", {"max_size": 5}, format="json").status_code
         == 200
     )
+
+
+def test_a_project_keeps_off_a_dedicated_host_while_a_pool_has_a_spot_share(
+    api_as, ada, projects, make_pool
+):
+    make_pool(name="sweepers", spot_percent=50)
+    reply = api_as(ada).patch(url(), {"tenancy": "host", "host_id": HOST}, format="json")
+    assert reply.status_code == 400
+    assert "first set spot_percent to 0 on the pools sweepers" in " ".join(
+        reply.json()["fields"]["tenancy"]
+    )
+    assert Project.objects.get(slug="vision-lab").tenancy == "default"
+    assert api_as(ada).patch(url(), {"tenancy": "dedicated"}, format="json").status_code == 200

@@ -316,3 +316,23 @@ def refuse_unknown(changes: dict, allowed) -> None:
         raise ValidationError(
             {n: ValidationError(f"{n} cannot be changed.", code="read_only") for n in unknown}
         )
+
+
+def pools_isolation_check(project: Project, *, values: dict) -> None:
+    """A project moving onto a dedicated host (which takes no spot hosts) must first bring its
+    pools' spot share to 0: their spot launches would all be refused by the cloud."""
+    if values.get("tenancy") != Project.Tenancy.HOST:
+        return
+    names = list(
+        Pool.objects.filter(project=project, status__in=Pool.LIVE, spot_percent__gt=0)
+        .order_by("name")
+        .values_list("name", flat=True)
+    )
+    if names:
+        raise ValidationError(
+            {
+                "tenancy": f"A dedicated host takes no spot hosts: first set spot_percent to 0 "
+                f"on the pools {', '.join(names)}."
+            },
+            code="spot_pools",
+        )

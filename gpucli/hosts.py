@@ -1,12 +1,14 @@
-"""Hosts: ``gpu hosts``, ``host``, ``stop|start|terminate``, ``extend``, ``ssh`` and
-``ssh-config``, over /api/v1/instances/."""
+"""Hosts: ``gpu hosts``, ``host``, ``stop|start|terminate``, ``extend``, ``ssh``,
+``ssh-config`` and ``notebook``, over /api/v1/instances/."""
 
 from __future__ import annotations
 
 import os
 import re
 import shutil
+import time
 import uuid
+import webbrowser
 from typing import Annotated
 
 import typer
@@ -26,6 +28,7 @@ from gpucli.output import (
     out,
     print_json,
     table,
+    waiting,
     when,
 )
 
@@ -253,6 +256,44 @@ def ssh_config(
         )
 
 
+NOTEBOOK_POLL_SECONDS = 1.0
+
+
+def notebook(
+    ref: Annotated[str, typer.Argument(metavar="HOST")],
+    stop: Annotated[bool, typer.Option("--stop", help="Stop the host's JupyterLab.")] = False,
+    no_open: Annotated[
+        bool, typer.Option("--no-open", help="Print its address; do not open a browser.")
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Open JupyterLab on a running host, through the portal (signed in as in your browser):
+    starts it if needed, waits until it answers, prints its address and opens it."""
+    portal = connect()
+    path = f"/api/v1/instances/{host_id(portal, ref)}/notebook/"
+    if stop:
+        portal.json("DELETE", path)
+        note(f"Stopped the JupyterLab of {ref}.")
+        return
+    answer = portal.post(path)
+    with waiting(f"Starting JupyterLab on {ref}…") as spinner:
+        while answer["status"] == "starting":
+            time.sleep(NOTEBOOK_POLL_SECONDS)
+            answer = portal.get(path)
+            spinner.update(f"JupyterLab on {ref}: {answer['status']}")
+    if answer["status"] != "running":
+        fail(
+            f"JupyterLab did not start on {ref}: {answer['reason'] or 'no reason given'}",
+            EXIT_REFUSED,
+        )
+    if as_json:
+        print_json(answer)
+    else:
+        typer.echo(answer["url"])
+    if not no_open and not as_json:
+        webbrowser.open(answer["url"])
+
+
 def register(app: typer.Typer) -> None:
     examples = {
         "hosts": (hosts_list, "gpu hosts --json | jq -r '.[].name'"),
@@ -266,6 +307,7 @@ def register(app: typer.Typer) -> None:
             ssh_config,
             "gpu ssh-config > ~/.ssh/gpu-portal.conf (and Include it in ~/.ssh/config)",
         ),
+        "notebook": (notebook, "gpu notebook portal-1a2b3c4d"),
     }
     for name, (function, example) in examples.items():
         extra = {}

@@ -206,3 +206,9 @@ def autoscale() -> int:
             len(report.refused),
         )
     return len(report.launched)
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)
+def start_notebook(notebook_id: str) -> str:
+    """Start a host's JupyterLab (safe to run again: a notebook no longer starting is left)."""
+    return services.notebook_launch(notebook_id=notebook_id).status

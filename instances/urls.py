@@ -1,9 +1,10 @@
-"""The instances app's pages: catalog, ordering, My hosts, a host, jobs, pools, the approval inbox,
-the Quotas page and requests for more, and a project's approval and idle policies."""
+"""The instances app's pages: catalog, ordering, My hosts, a host and its notebook, jobs, pools,
+the approval inbox, the Quotas page and requests for more, and a project's approval and idle
+policies; and the websockets a host's notebook uses (websocket_urlpatterns, portal/asgi.py)."""
 
 from django.urls import path
 
-from instances.views import approvals, catalog, hosts, idle, jobs, orders, pools, quotas
+from instances.views import approvals, catalog, hosts, idle, jobs, notebooks, orders, pools, quotas
 
 urlpatterns = [
     path("approvals/", orders.approvals, name="approvals"),
@@ -22,7 +23,11 @@ urlpatterns = [
     path("hosts/<uuid:pk>/panel/", hosts.host_panel_partial, name="host-panel"),
     path("hosts/<uuid:pk>/extend/", hosts.host_extend, name="host-extend"),
     path("hosts/<uuid:pk>/keep-running/", hosts.host_keep_running, name="host-keep-running"),
+    path("hosts/<uuid:pk>/notebook/", notebooks.host_notebook_open, name="host-notebook"),
+    path("hosts/<uuid:pk>/notebook/stop/", notebooks.host_notebook_stop, name="host-notebook-stop"),
     path("hosts/<uuid:pk>/<str:verb>/", hosts.host_action, name="host-action"),
+    path("notebook/<uuid:pk>/", notebooks.notebook_proxy, name="notebook"),
+    path("notebook/<uuid:pk>/<path:rest>", notebooks.notebook_proxy, name="notebook-path"),
     path("jobs/", jobs.jobs_page, name="jobs"),
     path("jobs/new/", jobs.job_new, name="job-new"),
     path("jobs/<uuid:pk>/", jobs.job_page, name="job"),
@@ -68,4 +73,9 @@ urlpatterns = [
         approvals.approval_policy_page,
         name="approval-policy",
     ),
+]
+
+# A host's notebook's kernels and events (JupyterLab's websockets), relayed to the host.
+websocket_urlpatterns = [
+    path("notebook/<uuid:pk>/<path:rest>", notebooks.NotebookSocket.as_asgi()),
 ]

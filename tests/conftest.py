@@ -56,7 +56,7 @@ def pytest_addoption(parser):
 
 # Fixtures that bring in another process with a clock of its own, which time-machine cannot
 # reach: a test using one runs on the real clock.
-OTHER_CLOCKS = {"worker_process", "live_server"}
+OTHER_CLOCKS = {"worker_process", "live_server", "portal_asgi"}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -313,6 +313,33 @@ def running_host(place_order, alice):
         return services.instance_provision(instance_id=instance.pk)
 
     return make
+
+
+@pytest.fixture
+def portal_asgi():
+    """The portal under uvicorn (ASGI, as make run and production serve it: websockets too) on
+    a free loopback port, on the test database: host:port. Use with transactional tests."""
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config("portal.asgi:application", host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.started, "uvicorn did not start"
+    yield f"127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(10)
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = {"audit": 0, "portal": 1, "instances": 2, "billing": 3, "demo": 4}
 # The places that gather every app (docs/design.md rule 9: the root URLconf and settings).
-GATHERERS = {"portal.urls", "portal.settings", "portal.celery", "portal.wsgi"}
+GATHERERS = {"portal.urls", "portal.settings", "portal.celery", "portal.wsgi", "portal.asgi"}
 MAX_LINES = 520
 
 # The idiom (docs/design.md, Layers). At an app's top: the files with a Django role, the layer
@@ -82,6 +82,7 @@ IDIOMS = {
                 "reconcile",
                 "simulated",
                 "webhooks",
+                "notebooks",
             }
         ),
         helpers={
@@ -115,10 +116,10 @@ IDIOMS = {
         topics=frozenset({"prices", "metering", "rollups", "budgets", "cur", "reports"}),
         helpers={"api": frozenset({"filters"})},
     ),
-    # portal is also the Django project: its settings, Celery app and WSGI entry point sit at
-    # its top (GATHERERS above); lib/ holds the plumbing every app uses.
+    # portal is also the Django project: its settings, Celery app and WSGI and ASGI entry
+    # points sit at its top (GATHERERS above); lib/ holds the plumbing every app uses.
     "portal": Idiom(
-        folders=frozenset({"settings", "celery", "wsgi"}),
+        folders=frozenset({"settings", "celery", "wsgi", "asgi"}),
         topics=frozenset(
             {
                 "people",

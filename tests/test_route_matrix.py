@@ -112,6 +112,14 @@ EXPECTED: dict[tuple[str, str], tuple[int, ...]] = {
     # register and manage them (finance: budget-only ones); members who manage nothing have
     # no webhooks page. An empty form answers 400; a resend goes back to the page.
     # Single sign-on's rules are the admins'; an empty rule answers 400 on the form.
+    # A host's notebook: its owner, the project's managers and admins open and stop it (none
+    # is offered in this world: the simulated hosts run no programs here, a 409 said on the
+    # host's page); the proxy answers 404 to everyone while no notebook runs, and always to
+    # those who may not act on the host (tests/instances/test_notebooks.py, with one running).
+    ("host-notebook", "POST"): (302, 403, 404, 302, 403, 302),
+    ("host-notebook-stop", "POST"): (302, 403, 404, 302, 403, 302),
+    ("notebook", "GET"): (404, 404, 404, 404, 404, 302),
+    ("notebook-path", "GET"): (404, 404, 404, 404, 404, 302),
     # Projects: members read their project's page; only admins change where its hosts run.
     ("projects", "GET"): (200, 200, 200, 200, 200, 302),
     ("project", "GET"): (200, 200, 404, 200, 200, 302),
@@ -151,6 +159,10 @@ EXPECTED: dict[tuple[str, str], tuple[int, ...]] = {
     ("instance-bulk", "POST"): (202, 403, 404, 202, 403, 401),
     ("instance-extend", "POST"): (200, 403, 404, 200, 403, 401),
     ("instance-keep-running", "POST"): (200, 403, 404, 200, 403, 401),
+    # The host's notebook (none offered in this world: 409 notebooks_not_offered to open one).
+    ("instance-notebook", "GET"): (200, 403, 404, 200, 403, 401),
+    ("instance-notebook", "POST"): (409, 403, 404, 409, 403, 401),
+    ("instance-notebook", "DELETE"): (204, 403, 404, 204, 403, 401),
     # People read a host's series; only the host's own agent posts (tests/instances/
     # test_telemetry.py: the agent's 201, another host's 403).
     ("instance-metrics", "GET"): (200, 200, 404, 200, 200, 401),
@@ -292,6 +304,8 @@ PAGE_METHODS = {
     "sso": ["GET", "POST"],
     "webhook": ["GET", "POST"],
     "project": ["GET", "POST"],
+    "host-notebook": ["POST"],
+    "host-notebook-stop": ["POST"],
 }
 
 
@@ -417,8 +431,13 @@ def _request(world, name: str, method: str) -> tuple[str, dict]:
         "order-cancel": {"pk": pending.pk},
         "instance-extend": {"pk": host.pk},
         "host-keep-running": {"pk": host.pk},
+        "host-notebook": {"pk": host.pk},
+        "host-notebook-stop": {"pk": host.pk},
+        "notebook": {"pk": host.pk},
+        "notebook-path": {"pk": host.pk, "rest": "lab"},
         "idle-policy": {"slug": "vision-lab"},
         "instance-keep-running": {"pk": host.pk},
+        "instance-notebook": {"pk": host.pk},
         "instance-metrics": {"pk": host.pk},
         "project-idle-policy": {"slug": "vision-lab"},
         "approval-policy": {"slug": "vision-lab"},

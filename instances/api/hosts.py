@@ -17,6 +17,7 @@ from rest_framework.response import Response
 
 from instances import services
 from instances.api.fields import MONEY
+from instances.api.notebooks import NotebookActions
 from instances.api.telemetry import KeepRunningActions
 from instances.models import (
     ACTIONS,
@@ -218,7 +219,7 @@ class InstanceFilter(django_filters.FilterSet):
         return queryset.filter(owner=self.request.user) if value in ("true", "1") else queryset
 
 
-class InstanceViewSet(KeepRunningActions, viewsets.ReadOnlyModelViewSet):
+class InstanceViewSet(KeepRunningActions, NotebookActions, viewsets.ReadOnlyModelViewSet):
     """Hosts of the caller's projects, with stop, start, terminate, lease extension and
     keep-running."""
 

@@ -33,6 +33,7 @@ from instances.models.jobs import (
     JobWorkdir,
 )
 from instances.models.leases import LeaseNotice
+from instances.models.notebooks import Notebook
 from instances.models.orders import (
     InterruptionPolicy,
     Market,
@@ -78,6 +79,7 @@ __all__ = [
     "JobWorkdir",
     "LeaseNotice",
     "Market",
+    "Notebook",
     "Order",
     "OrderEvent",
     "Pool",

@@ -255,6 +255,19 @@ class Provider(abc.ABC):
         read here (it sends them through EventBridge to the SQS queue the portal drains)."""
         return []
 
+    # JupyterLab on a host, reached through the portal's proxy: only clouds whose hosts the
+    # portal can start it on and reach offer it (the page offers no button elsewhere).
+    offers_notebooks: bool = False
+
+    def notebook_start(self, cloud_id: str, *, instance_id: str, base_url: str, token: str) -> str:
+        """Start JupyterLab on a running host under ``base_url`` with ``token``: the address
+        (host:port) the portal reaches it at."""
+        raise ProviderPermanentError(f"{self.name} hosts do not offer notebooks yet.")
+
+    def notebook_end(self, cloud_id: str, *, instance_id: str) -> None:
+        """Stop the host's JupyterLab; a host without one changes nothing."""
+        return None  # a cloud that offers no notebooks started none
+
 
 def launch_tags(request: LaunchRequest) -> dict[str, str]:
     """The request's tags plus this deployment's, as every provider stamps them at launch."""

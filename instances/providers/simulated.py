@@ -40,13 +40,13 @@ from instances.providers.base import (
 )
 from instances.providers.faults import FAULT_DICE, Faults, unit_hash
 from instances.providers.gpu_profile import GpuSample, gpu_sample
-from instances.providers.simulated_agents import host_agents
+from instances.providers.simulated_agents import HostNotebooks, host_agents
 from instances.providers.simulated_market import SPOT_INTERRUPTION_REASON, SpotMarket
 
 log = logging.getLogger(__name__)
 
 
-class SimulatedProvider(SpotMarket, Provider):
+class SimulatedProvider(HostNotebooks, SpotMarket, Provider):
     name = "simulated"
     reports_gpu_readings = True
 

@@ -15,6 +15,7 @@ import contextlib
 import fcntl
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -93,6 +94,65 @@ class HostAgents:
         pid_file.with_suffix(".tmp").replace(pid_file)
         return child.pid
 
+    def notebook_start(self, instance_id, *, base_url: str, token: str) -> int:
+        """Start JupyterLab for the host, in its folder, on a free loopback port (what a host's
+        agent does on EC2): the port, once the server runs. Only the portal's proxy is told the
+        port and the token."""
+        home = self.folder(instance_id) / "home"
+        home.mkdir(parents=True, exist_ok=True)
+        self.notebook_end(instance_id)
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        variables = {name: os.environ[name] for name in INHERITED if name in os.environ}
+        variables["JUPYTER_CONFIG_DIR"] = str(home / ".jupyter")
+        # JupyterLab would ask each new user whether to fetch Jupyter's news from the internet.
+        news = home / ".jupyter/lab/user-settings/@jupyterlab/apputils-extension"
+        news.mkdir(parents=True, exist_ok=True)
+        (news / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}\n')
+        with open(self.folder(instance_id) / "notebook.log", "ab") as log:
+            child = subprocess.Popen(  # noqa: S603 (this interpreter's JupyterLab)
+                [
+                    sys.executable,
+                    "-m",
+                    "jupyterlab",
+                    "--no-browser",
+                    "--ip=127.0.0.1",
+                    f"--port={port}",
+                    "--port-retries=0",
+                    f"--ServerApp.base_url={base_url}",
+                    f"--ServerApp.root_dir={home}",
+                    f"--IdentityProvider.token={token}",
+                    # Nothing on this machine may fetch from the internet at run time.
+                    "--LabApp.news_url=None",
+                    "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+                    "--LabApp.extension_manager=readonly",
+                    # A sandbox host's user is this machine's (root in CI's containers).
+                    "--allow-root",
+                ],
+                env=variables | {"HOME": str(home)},
+                cwd=home,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.children[f"{instance_id}/notebook"] = child
+        (self.folder(instance_id) / "notebook.pid").write_text(
+            f"{child.pid} {started_at(child.pid)}\n"
+        )
+        return port
+
+    def notebook_end(self, instance_id) -> None:
+        """Stop the host's JupyterLab (its whole process group: the kernels too)."""
+        pid = live_pid(self.folder(instance_id) / "notebook.pid")
+        if pid is not None:
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+        child = self.children.pop(f"{instance_id}/notebook", None)
+        if child is not None:
+            child.wait()
+
     def end(self, instance_id, *, grace: float = 5.0) -> None:
         """Stop the host's agent, which stops its job with the job's stop signal; after
         ``grace`` seconds SIGKILL what is left of the agent's and every job's process group.
@@ -112,6 +172,7 @@ class HostAgents:
         child = self.children.pop(str(instance_id), None)
         if child is not None:
             child.wait()
+        self.notebook_end(instance_id)
 
     def pid(self, instance_id) -> int | None:
         """The host's live agent, or None."""
@@ -136,3 +197,26 @@ def host_agents() -> HostAgents:
 
     root = Path(settings.VAR_DIR) / "simulated-hosts"
     return _AGENTS.setdefault(root, HostAgents(root))
+
+
+class HostNotebooks:
+    """The simulated cloud's notebooks (mixed into SimulatedProvider): JupyterLab in the host's
+    folder on this machine, as a host's agent starts it on EC2. Offered while hosts may run
+    programs here at all (PORTAL_SIMULATED_AGENTS)."""
+
+    agents: bool
+
+    @property
+    def offers_notebooks(self) -> bool:
+        return self.agents
+
+    def notebook_start(self, cloud_id: str, *, instance_id: str, base_url: str, token: str) -> str:
+        from instances.providers.base import ProviderPermanentError
+
+        if self._get(cloud_id).state != "running":
+            raise ProviderPermanentError("The host is not running.", code="IncorrectInstanceState")
+        port = host_agents().notebook_start(instance_id, base_url=base_url, token=token)
+        return f"127.0.0.1:{port}"
+
+    def notebook_end(self, cloud_id: str, *, instance_id: str) -> None:
+        host_agents().notebook_end(instance_id)

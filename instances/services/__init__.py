@@ -80,6 +80,13 @@ from instances.services.leases import (
     leases_expire,
     leases_warn,
 )
+from instances.services.notebooks import (
+    live_notebook,
+    notebook_base_url,
+    notebook_close,
+    notebook_launch,
+    notebook_open,
+)
 from instances.services.orders import (
     Estimate,
     OrderRequest,
@@ -230,6 +237,11 @@ __all__ = [
     "leases_expire",
     "leases_warn",
     "limits_moved",
+    "live_notebook",
+    "notebook_base_url",
+    "notebook_close",
+    "notebook_launch",
+    "notebook_open",
     "order_admit",
     "order_approve",
     "order_cancel",

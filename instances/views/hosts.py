@@ -22,6 +22,7 @@ from instances import services
 from instances.forms import ExtendForm
 from instances.lib.checkpoints import backup_dir
 from instances.models import ACTIONS, IdlePolicy, Instance, Order
+from instances.providers import get_provider
 from instances.selectors.costs import cost_notes, costs_so_far, rate_now, running_seconds
 from instances.selectors.hosts import instances_named
 from instances.selectors.orders import held_orders
@@ -189,7 +190,9 @@ def _host_context(request: HttpRequest, instance: Instance) -> dict:
         "can_act": permissions.can_act_on_host(request.user, instance),
         "can_keep_running": permissions.can_keep_running(request.user, instance),
         "now": now,
-        "moving": instance.status in Instance.MOVING or instance.status == "requested",
+        "moving": instance.status in Instance.MOVING
+        or instance.status == "requested"
+        or instance.notebooks.filter(status="starting").exists(),
         "extendable": instance.status in Instance.LEASED and instance.lease_expires_at,
         "gpu": gpu,
         # GiB, as the memory is sold; to the nearest one (a reading's precision is a MiB).
@@ -210,6 +213,17 @@ def _host_context(request: HttpRequest, instance: Instance) -> dict:
         "takeback": services.spot_takeback(instance),
         "checkpoint_dir": backup_dir(instance.order.checkpoint_uri),
         "isolation": isolation_in_words(instance.isolation),
+        **_notebook_context(instance),
+    }
+
+
+def _notebook_context(instance: Instance) -> dict:
+    """The Connect card's notebook: the one running or starting, and whether to offer one."""
+    notebook = services.live_notebook(instance) if instance.status == "running" else None
+    return {
+        "notebook": notebook,
+        "notebook_url": f"{services.notebook_base_url(instance)}lab" if notebook else "",
+        "notebooks_offered": instance.status == "running" and get_provider().offers_notebooks,
     }
 
 

@@ -10,8 +10,8 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from portal import permissions, services
+from portal.lib import isolation
 from portal.lib.errors import Forbidden
-from portal.lib.isolation import MAX_IDS
 from portal.lib.rest import StrictSerializer, YesNoFilter
 from portal.models import Membership, Project, ProjectChange
 
@@ -65,31 +65,40 @@ class ProjectSerializer(serializers.ModelSerializer):
         return project.isolation_in_effect()
 
 
-def _ids(what: str) -> serializers.ListField:
-    return serializers.ListField(
+def _ids(what: str, shape: str) -> serializers.ListField:
+    shaped = extend_schema_field(
+        {
+            "type": "array",
+            "items": {"type": "string", "pattern": shape},
+            "maxItems": isolation.MAX_IDS,
+            "uniqueItems": True,
+        }
+    )(type("IdsField", (serializers.ListField,), {}))
+    return shaped(
         child=serializers.CharField(max_length=64),
-        max_length=MAX_IDS,
+        max_length=isolation.MAX_IDS,
         required=False,
         help_text=f"{what} ids; [] for the portal's default.",
     )
 
 
+def _text(shape: str, max_length: int, help_text: str) -> serializers.CharField:
+    schema = {"type": "string", "pattern": isolation.optional(shape), "maxLength": max_length}
+    shaped = extend_schema_field(schema)(type("ShapedField", (serializers.CharField,), {}))
+    return shaped(max_length=max_length, required=False, allow_blank=True, help_text=help_text)
+
+
 class ProjectIsolationInputSerializer(StrictSerializer):
     """What an admin changes of a project: where its hosts run and what guards them. A field
-    left out keeps its value; an empty one falls back to the portal's default."""
+    left out keeps its value; an empty one falls back to the portal's default. The schema
+    states each id's shape; the model says the rest (a host id goes with host tenancy)."""
 
-    subnet_ids = _ids("Subnet")
-    security_group_ids = _ids("Security group")
-    kms_key_id = serializers.CharField(
-        max_length=300, required=False, allow_blank=True, help_text="Key id, key ARN or alias."
-    )
+    subnet_ids = _ids("Subnet", isolation.SUBNET_SHAPE)
+    security_group_ids = _ids("Security group", isolation.SECURITY_GROUP_SHAPE)
+    kms_key_id = _text(isolation.KMS_KEY_SHAPE, 300, "Key id, key ARN or alias.")
     tenancy = serializers.ChoiceField(choices=Project.Tenancy.choices, required=False)
-    host_id = serializers.CharField(
-        max_length=32, required=False, allow_blank=True, help_text="With tenancy host."
-    )
-    instance_profile = serializers.CharField(
-        max_length=300, required=False, allow_blank=True, help_text="Name or ARN."
-    )
+    host_id = _text(isolation.HOST_SHAPE, 32, "With tenancy host.")
+    instance_profile = _text(isolation.INSTANCE_PROFILE_SHAPE, 300, "Name or ARN.")
 
 
 class ProjectChangeSerializer(serializers.ModelSerializer):

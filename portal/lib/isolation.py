@@ -13,25 +13,42 @@ import re
 
 from django.core.exceptions import ValidationError
 
-# EC2 resource ids: the old 8-digit form and the 17-digit one.
+# EC2 resource ids: the old 8-digit form and the 17-digit one. Each shape is anchored, as the
+# API's schema states it (a JSON Schema pattern, so ASCII classes rather than \\w).
 _RESOURCE = r"-(?:[0-9a-f]{8}|[0-9a-f]{17})"
-SUBNET_ID = re.compile(rf"subnet{_RESOURCE}")
-SECURITY_GROUP_ID = re.compile(rf"sg{_RESOURCE}")
-HOST_ID = re.compile(rf"h{_RESOURCE}")
+SUBNET_SHAPE = rf"^subnet{_RESOURCE}$"
+SECURITY_GROUP_SHAPE = rf"^sg{_RESOURCE}$"
+HOST_SHAPE = rf"^h{_RESOURCE}$"
 
 _PARTITION = r"arn:aws(?:-cn|-us-gov|-iso|-iso-b)?"
 _KEY = r"(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|mrk-[0-9a-f]{32})"
 # An alias is alias/ and 1-250 of letters, digits, / _ -; alias/aws/ names AWS's own keys,
 # which cannot encrypt a volume for a customer-managed purpose, so they are refused.
 _ALIAS = r"alias/(?!aws/)[A-Za-z0-9/_-]{1,250}"
-KMS_KEY = re.compile(
-    rf"{_KEY}|{_ALIAS}|{_PARTITION}:kms:[a-z0-9-]+:\d{{12}}:(?:key/{_KEY}|{_ALIAS})"
+KMS_KEY_SHAPE = (
+    rf"^(?:{_KEY}|{_ALIAS}|{_PARTITION}:kms:[a-z0-9-]+:[0-9]{{12}}:(?:key/{_KEY}|{_ALIAS}))$"
 )
-_PROFILE_NAME = r"[\w+=,.@-]{1,128}"
-INSTANCE_PROFILE = re.compile(
-    rf"{_PROFILE_NAME}|{_PARTITION}:iam::\d{{12}}:instance-profile/(?:[\w+=,.@-]+/)*"
-    rf"{_PROFILE_NAME}"
+_PROFILE_NAME = r"[A-Za-z0-9_+=,.@-]{1,128}"
+INSTANCE_PROFILE_SHAPE = (
+    rf"^(?:{_PROFILE_NAME}|{_PARTITION}:iam::[0-9]{{12}}:instance-profile/"
+    rf"(?:[A-Za-z0-9_+=,.@-]+/)*{_PROFILE_NAME})$"
 )
+SUBNET_ID, SECURITY_GROUP_ID, HOST_ID, KMS_KEY, INSTANCE_PROFILE = (
+    re.compile(shape)
+    for shape in (
+        SUBNET_SHAPE,
+        SECURITY_GROUP_SHAPE,
+        HOST_SHAPE,
+        KMS_KEY_SHAPE,
+        INSTANCE_PROFILE_SHAPE,
+    )
+)
+
+
+def optional(shape: str) -> str:
+    """The shape, or nothing (an empty value: the portal's default)."""
+    return f"^(?:{shape[1:-1]})?$"
+
 
 # RunInstances takes up to 16 security groups on an interface; a project names at most as
 # many subnets (one per zone is the use).

@@ -415,6 +415,12 @@ PORTAL_TENSORBOARD_RELOAD_SECONDS = env_int(
     help="How long a job's TensorBoard answers from what it read before it reads its log "
     "folder again, in seconds.",
 )
+# JupyterLab on a host (instances/services/notebooks.py).
+PORTAL_NOTEBOOK_START_SECONDS = env_int(
+    "PORTAL_NOTEBOOK_START_SECONDS",
+    60,
+    help="How long a worker waits for a host's JupyterLab to answer before the notebook fails.",
+)
 PORTAL_SIMULATED_AGENTS = env_bool(
     "PORTAL_SIMULATED_AGENTS",
     True,

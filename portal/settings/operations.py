@@ -20,6 +20,8 @@ LOGGING = {
         "axes": {"level": "WARNING"},
         # A job's TensorBoard logs each read of its folder at INFO.
         "tensorboard": {"level": "WARNING"},
+        # httpx logs each request at INFO: every webhook delivery, every notebook request.
+        "httpx": {"level": "WARNING"},
     },
 }
 

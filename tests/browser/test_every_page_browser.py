@@ -52,6 +52,8 @@ NOT_A_PAGE = {
     "job-tensorboard": "TensorBoard's own app under its own policy (test_job_tensorboard.py)",
     "job-tensorboard-data": "TensorBoard's assets and data",
     "tensorboard-font": "a font TensorBoard's pages load",
+    "notebook": "a host's JupyterLab, its own app (tests/browser/test_notebook_browser.py)",
+    "notebook-path": "JupyterLab's pages and API, through the portal",
     "audit-export-csv": "a download",
     "audit-export-jsonl": "a download",
     "costs-csv": "a download",

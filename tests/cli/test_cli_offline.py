@@ -32,6 +32,7 @@ VERBS = [
     ["extend"],
     ["ssh"],
     ["ssh-config"],
+    ["notebook"],
     ["pools"],
     ["costs"],
     ["approvals"],

@@ -268,3 +268,32 @@ def test_an_order_waiting_for_approval_is_decided_from_the_terminal(
 
 def _held_order() -> Order | None:
     return Order.objects.filter(status="pending_approval").first()
+
+
+def test_gpu_notebook_prints_the_address_of_the_hosts_jupyterlab_and_stops_it(
+    gpu, live_server, alice, carol, running_host, token_of, settings
+):
+    from instances import services
+    from instances.models import Notebook
+    from instances.providers.simulated_agents import host_agents
+
+    settings.PORTAL_SIMULATED_AGENTS = True
+    host = running_host()
+    # What the worker does once the notebook is asked for (tests/browser/test_notebook_browser.py
+    # has a real worker do it).
+    opened = services.notebook_open(instance=host, actor=alice)
+    try:
+        assert services.notebook_launch(notebook_id=opened.pk).status == "running"
+        gpu.connect(live_server.url, token_of(alice))
+        result = gpu("notebook", host.name, "--no-open")
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == f"{live_server.url}/notebook/{host.pk}/lab\n"
+        as_json = json.loads(gpu("notebook", host.name, "--json").stdout)
+        assert as_json["status"] == "running"
+        refused = gpu.connect(live_server.url, token_of(carol))("notebook", str(host.pk))
+        assert refused.returncode == 1 and "Not found" in refused.stderr
+        stopped = gpu.connect(live_server.url, token_of(alice))("notebook", host.name, "--stop")
+        assert stopped.returncode == 0, stopped.stderr
+        assert Notebook.objects.get(pk=opened.pk).status == Notebook.Status.ENDED
+    finally:
+        host_agents().notebook_end(host.pk)

@@ -20,7 +20,7 @@ APP_SERVICES = [name for name, spec in SERVICES.items() if spec.get("build")]
 
 def check_entry_point(command: list[str]) -> None:
     program = command[0]
-    if program == "gunicorn":
+    if program in ("gunicorn", "uvicorn"):
         module, _, attribute = command[1].partition(":")
         application = getattr(importlib.import_module(module), attribute)
         assert callable(application)

@@ -1,0 +1,62 @@
+"""A notebook through the portal, as a researcher uses it: alice starts JupyterLab from her
+host's page (a real worker starts it on the simulated host), opens it on the portal's own
+domain, runs a cell; carol, in another project, gets a 404 at the same address. The portal is
+served by uvicorn here (ASGI, as make run serves it), so the kernel's websocket goes through."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+
+from instances.providers.simulated_agents import host_agents
+from tests.browser.conftest import REPORT_VIOLATIONS, keep_screenshot
+from tests.browser.test_every_page_browser import sign_in_on
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def signed_in(chromium, base_url: str, username: str, browser_log):
+    context = chromium.new_context(base_url=base_url, viewport={"width": 1400, "height": 900})
+    context.add_init_script(REPORT_VIOLATIONS)
+    context.on("page", browser_log.watch)
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    sign_in_on(page, username)
+    return context, page
+
+
+def test_alice_runs_a_cell_in_her_hosts_notebook_and_carol_is_refused(
+    chromium, portal_asgi, worker_process, running_host, alice, carol, settings, browser_log
+):
+    settings.PORTAL_SIMULATED_AGENTS = True
+    worker_process(PORTAL_SIMULATED_AGENTS="1")
+    host = running_host()
+    base_url = f"http://{portal_asgi}"
+    context, page = signed_in(chromium, base_url, "alice", browser_log)
+    try:
+        page.goto(f"/hosts/{host.pk}/")
+        page.get_by_role("button", name="Start JupyterLab").click()
+        opened = page.get_by_role("link", name="Open JupyterLab")
+        expect(opened).to_be_visible(timeout=60_000)
+        keep_screenshot(page, "notebook/host-page")
+        page.goto(opened.get_attribute("href"))
+        page.locator('.jp-LauncherCard[data-category="Notebook"]').first.click()
+        cell = page.locator(".jp-Notebook .jp-Cell .cm-content").first
+        expect(page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_be_attached(
+            timeout=60_000
+        )
+        cell.click()
+        page.keyboard.type("print(6 * 7)")
+        page.keyboard.press("Shift+Enter")
+        expect(page.locator(".jp-OutputArea-output").first).to_have_text("42", timeout=60_000)
+        keep_screenshot(page, "notebook/lab")
+    finally:
+        context.close()
+        host_agents().notebook_end(host.pk)
+
+    context, page = signed_in(chromium, base_url, "carol", browser_log)
+    try:
+        refused = page.goto(f"/notebook/{host.pk}/lab")
+        assert refused is not None and refused.status == 404
+    finally:
+        context.close()

@@ -1,0 +1,151 @@
+"""JupyterLab on a host, through the portal: a real JupyterLab on a simulated host, the portal
+served by uvicorn (ASGI) as in production, a Python cell run over the kernel's websocket, and
+everyone who may not act on the host kept out, by HTTP and by websocket alike."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from datetime import UTC, datetime
+
+import httpx
+import pytest
+import websockets
+from django.test import Client
+
+from audit.models import AuditEvent
+from instances import services
+from instances.models import Notebook
+from instances.providers.simulated_agents import host_agents
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def notebook_host(settings, running_host, alice):
+    """alice's running host with its JupyterLab started, as the worker starts it."""
+    settings.PORTAL_SIMULATED_AGENTS = True
+    instance = running_host()
+    notebook = services.notebook_open(instance=instance, actor=alice)
+    notebook = services.notebook_launch(notebook_id=notebook.pk)
+    assert notebook.status == Notebook.Status.RUNNING, notebook.reason
+    yield instance
+    host_agents().notebook_end(instance.pk)
+
+
+def session_of(user) -> str:
+    client = Client()
+    client.force_login(user)
+    return client.cookies["sessionid"].value
+
+
+def as_user(server: str, user) -> httpx.Client:
+    return httpx.Client(
+        base_url=f"http://{server}",
+        cookies={"sessionid": session_of(user)},
+        headers={"Origin": f"http://{server}"},
+        timeout=30,
+    )
+
+
+def execute(code: str) -> dict:
+    session = uuid.uuid4().hex
+    return {
+        "header": {
+            "msg_id": uuid.uuid4().hex,
+            "msg_type": "execute_request",
+            "username": "alice",
+            "session": session,
+            "date": datetime.now(UTC).isoformat(),
+            "version": "5.3",
+        },
+        "parent_header": {},
+        "metadata": {},
+        "content": {"code": code, "silent": False, "store_history": False},
+        "channel": "shell",
+    }
+
+
+async def run_cell(url: str, headers: dict, code: str) -> str:
+    """Run ``code`` on the kernel behind ``url`` and return what it printed."""
+    async with websockets.connect(url, additional_headers=headers, open_timeout=20) as socket_:
+        request = execute(code)
+        await socket_.send(json.dumps(request))
+        printed = ""
+        async with asyncio.timeout(60):
+            async for raw in socket_:
+                message = json.loads(raw)
+                if message.get("parent_header", {}).get("msg_id") != request["header"]["msg_id"]:
+                    continue
+                if message["msg_type"] == "stream":
+                    printed += message["content"]["text"]
+                if message["msg_type"] == "status" and (
+                    message["content"]["execution_state"] == "idle"
+                ):
+                    return printed
+    return printed
+
+
+def test_a_cell_runs_on_the_hosts_kernel_through_the_portal(portal_asgi, notebook_host, alice):
+    base = f"/notebook/{notebook_host.pk}/"
+    with as_user(portal_asgi, alice) as api:
+        assert api.get(f"{base}api/status").status_code == 200
+        lab = api.get(f"{base}lab")
+        assert lab.status_code == 200 and "jupyter-config-data" in lab.text
+        assert "set-cookie" not in lab.headers, "the host sets no cookie on the portal's domain"
+        kernel = api.post(f"{base}api/kernels", json={"name": "python3"})
+        assert kernel.status_code == 201, kernel.text
+        kernel_id = kernel.json()["id"]
+    url = f"ws://{portal_asgi}{base}api/kernels/{kernel_id}/channels"
+    headers = {"Cookie": f"sessionid={session_of(alice)}", "Origin": f"http://{portal_asgi}"}
+    assert asyncio.run(run_cell(url, headers, "print(6 * 7)")) == "42\n"
+
+
+@pytest.mark.parametrize("who", ["bob", "carol", "fin"])
+def test_everyone_who_may_not_act_on_the_host_gets_a_404(
+    portal_asgi, notebook_host, bob, carol, fin, who
+):
+    user = {"bob": bob, "carol": carol, "fin": fin}[who]
+    with as_user(portal_asgi, user) as api:
+        assert api.get(f"/notebook/{notebook_host.pk}/api/status").status_code == 404
+        assert api.get(f"/notebook/{notebook_host.pk}/lab").status_code == 404
+    url = f"ws://{portal_asgi}/notebook/{notebook_host.pk}/api/events/subscribe"
+    headers = {"Cookie": f"sessionid={session_of(user)}", "Origin": f"http://{portal_asgi}"}
+    with pytest.raises(websockets.InvalidStatus):
+        asyncio.run(_open(url, headers))
+
+
+def test_another_site_cannot_post_or_open_a_websocket_as_the_owner(
+    portal_asgi, notebook_host, alice
+):
+    base = f"/notebook/{notebook_host.pk}/"
+    with as_user(portal_asgi, alice) as api:
+        refused = api.post(
+            f"{base}api/kernels",
+            json={"name": "python3"},
+            headers={"Origin": "https://evil.example"},
+        )
+        assert refused.status_code == 403
+        assert api.get(f"{base}api/kernels").json() == []
+    url = f"ws://{portal_asgi}{base}api/events/subscribe"
+    headers = {"Cookie": f"sessionid={session_of(alice)}", "Origin": "https://evil.example"}
+    with pytest.raises(websockets.InvalidStatus):
+        asyncio.run(_open(url, headers))
+
+
+def test_opening_it_is_an_audit_row_and_stopping_the_host_ends_it(notebook_host, alice, client):
+    client.force_login(alice)
+    reply = client.post(f"/hosts/{notebook_host.pk}/notebook/")
+    assert reply.status_code == 302
+    assert AuditEvent.objects.filter(path=f"/hosts/{notebook_host.pk}/notebook/").exists()
+    assert Notebook.objects.filter(instance=notebook_host).count() == 1, "the same one, reopened"
+    services.instance_request_stop(instance=notebook_host, user=alice)
+    notebook_host.refresh_from_db()
+    assert services.live_notebook(notebook_host) is None
+    assert Notebook.objects.get(instance=notebook_host).status == Notebook.Status.ENDED
+
+
+async def _open(url: str, headers: dict) -> None:
+    async with websockets.connect(url, additional_headers=headers, open_timeout=10):
+        pass

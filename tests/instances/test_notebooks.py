@@ -4,8 +4,8 @@ everyone who may not act on the host kept out, by HTTP and by websocket alike.""
 
 from __future__ import annotations
 
-import asyncio
 import json
+import time
 import uuid
 from datetime import UTC, datetime
 
@@ -13,6 +13,7 @@ import httpx
 import pytest
 import websockets
 from django.test import Client
+from websockets.sync.client import connect
 
 from audit.models import AuditEvent
 from instances import services
@@ -67,23 +68,22 @@ def execute(code: str) -> dict:
     }
 
 
-async def run_cell(url: str, headers: dict, code: str) -> str:
-    """Run ``code`` on the kernel behind ``url`` and return what it printed."""
-    async with websockets.connect(url, additional_headers=headers, open_timeout=20) as socket_:
+def run_cell(url: str, headers: dict, code: str) -> str:
+    """Run ``code`` on the kernel behind ``url`` and return what it printed. (websockets' sync
+    client: a browser test's Playwright may hold this thread's event loop.)"""
+    with connect(url, additional_headers=headers, open_timeout=20) as socket_:
         request = execute(code)
-        await socket_.send(json.dumps(request))
+        socket_.send(json.dumps(request))
         printed = ""
-        async with asyncio.timeout(60):
-            async for raw in socket_:
-                message = json.loads(raw)
-                if message.get("parent_header", {}).get("msg_id") != request["header"]["msg_id"]:
-                    continue
-                if message["msg_type"] == "stream":
-                    printed += message["content"]["text"]
-                if message["msg_type"] == "status" and (
-                    message["content"]["execution_state"] == "idle"
-                ):
-                    return printed
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            message = json.loads(socket_.recv(timeout=deadline - time.monotonic()))
+            if message.get("parent_header", {}).get("msg_id") != request["header"]["msg_id"]:
+                continue
+            if message["msg_type"] == "stream":
+                printed += message["content"]["text"]
+            if message["msg_type"] == "status" and message["content"]["execution_state"] == "idle":
+                return printed
     return printed
 
 
@@ -99,7 +99,7 @@ def test_a_cell_runs_on_the_hosts_kernel_through_the_portal(portal_asgi, noteboo
         kernel_id = kernel.json()["id"]
     url = f"ws://{portal_asgi}{base}api/kernels/{kernel_id}/channels"
     headers = {"Cookie": f"sessionid={session_of(alice)}", "Origin": f"http://{portal_asgi}"}
-    assert asyncio.run(run_cell(url, headers, "print(6 * 7)")) == "42\n"
+    assert run_cell(url, headers, "print(6 * 7)") == "42\n"
 
 
 @pytest.mark.parametrize("who", ["bob", "carol", "fin"])
@@ -113,7 +113,7 @@ def test_everyone_who_may_not_act_on_the_host_gets_a_404(
     url = f"ws://{portal_asgi}/notebook/{notebook_host.pk}/api/events/subscribe"
     headers = {"Cookie": f"sessionid={session_of(user)}", "Origin": f"http://{portal_asgi}"}
     with pytest.raises(websockets.InvalidStatus):
-        asyncio.run(_open(url, headers))
+        _open(url, headers)
 
 
 def test_another_site_cannot_post_or_open_a_websocket_as_the_owner(
@@ -131,7 +131,7 @@ def test_another_site_cannot_post_or_open_a_websocket_as_the_owner(
     url = f"ws://{portal_asgi}{base}api/events/subscribe"
     headers = {"Cookie": f"sessionid={session_of(alice)}", "Origin": "https://evil.example"}
     with pytest.raises(websockets.InvalidStatus):
-        asyncio.run(_open(url, headers))
+        _open(url, headers)
 
 
 def test_opening_it_is_an_audit_row_and_stopping_the_host_ends_it(notebook_host, alice, client):
@@ -146,6 +146,6 @@ def test_opening_it_is_an_audit_row_and_stopping_the_host_ends_it(notebook_host,
     assert Notebook.objects.get(instance=notebook_host).status == Notebook.Status.ENDED
 
 
-async def _open(url: str, headers: dict) -> None:
-    async with websockets.connect(url, additional_headers=headers, open_timeout=10):
+def _open(url: str, headers: dict) -> None:
+    with connect(url, additional_headers=headers, open_timeout=10):
         pass

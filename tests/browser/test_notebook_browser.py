@@ -10,7 +10,9 @@ from playwright.sync_api import expect
 
 from instances.providers.simulated_agents import host_agents
 from tests.browser.conftest import REPORT_VIOLATIONS, keep_screenshot
+from tests.browser.test_accessibility_browser import WIDTHS, axe_violations
 from tests.browser.test_every_page_browser import sign_in_on
+from tests.browser.test_narrow_screens_browser import overflow
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -23,6 +25,25 @@ def signed_in(chromium, base_url: str, username: str, browser_log):
     page.set_default_timeout(30_000)
     sign_in_on(page, username)
     return context, page
+
+
+def check_the_card_on_a_phone_and_a_desktop(chromium, base_url: str, host) -> None:
+    """The host page with its JupyterLab card passes axe and fits, at 390 and 1440 px (what the
+    every-page tests check of every page; their world offers no notebooks)."""
+    context = chromium.new_context(base_url=base_url, bypass_csp=True)
+    try:
+        page = context.new_page()
+        sign_in_on(page, "alice")
+        for width, viewport in WIDTHS.items():
+            page.set_viewport_size(viewport)
+            page.goto(f"/hosts/{host.pk}/")
+            expect(page.get_by_role("link", name="Open JupyterLab")).to_be_visible()
+            assert axe_violations(page, f"/hosts/{host.pk}/") == [], width
+            fits = overflow(page)
+            assert fits["scroll"] <= fits["inner"], (width, fits)
+            keep_screenshot(page, f"notebook/host-page-{width}")
+    finally:
+        context.close()
 
 
 def test_alice_runs_a_cell_in_her_hosts_notebook_and_carol_is_refused(
@@ -39,6 +60,7 @@ def test_alice_runs_a_cell_in_her_hosts_notebook_and_carol_is_refused(
         opened = page.get_by_role("link", name="Open JupyterLab")
         expect(opened).to_be_visible(timeout=60_000)
         keep_screenshot(page, "notebook/host-page")
+        check_the_card_on_a_phone_and_a_desktop(chromium, base_url, host)
         page.goto(opened.get_attribute("href"))
         page.locator('.jp-LauncherCard[data-category="Notebook"]').first.click()
         cell = page.locator(".jp-Notebook .jp-Cell .cm-content").first

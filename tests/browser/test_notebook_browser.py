@@ -5,6 +5,8 @@ served by uvicorn here (ASGI, as make run serves it), so the kernel's websocket 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from playwright.sync_api import expect
 
@@ -25,6 +27,50 @@ def signed_in(chromium, base_url: str, username: str, browser_log):
     page.set_default_timeout(30_000)
     sign_in_on(page, username)
     return context, page
+
+
+NOTEBOOK = {
+    "cells": [
+        {
+            "cell_type": "code",
+            "execution_count": None,
+            "metadata": {},
+            "outputs": [],
+            "source": "print(6 * 7)",
+        }
+    ],
+    "metadata": {
+        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
+    },
+    "nbformat": 4,
+    "nbformat_minor": 5,
+}
+
+
+def run_the_cell(page) -> None:
+    """Run the notebook's cell from its toolbar, as a user does, and see it print 42. JupyterLab
+    ignores a run asked for before the notebook is its current widget (no [*], nothing sent):
+    like a user, the test clicks again when nothing happened."""
+    output = page.locator(".jp-OutputArea-output").first
+    run = page.locator(
+        ".jp-NotebookPanel-toolbar [data-command='notebook:run-cell-and-select-next']"
+    )
+    for _ in range(3):
+        dialog = page.locator(".jp-Dialog")
+        if dialog.count():
+            # JupyterLab sometimes asks first (which kernel, on a slow start): a user answers
+            # with its default, and so does the test; what it asked is kept for a look.
+            keep_screenshot(page, "notebook/dialog")
+            dialog.locator(".jp-mod-accept").first.click()
+        page.locator(".jp-Notebook .jp-Cell .jp-InputPrompt").first.click()
+        run.click()
+        try:
+            expect(output).to_have_text("42", timeout=20_000)
+            return
+        except AssertionError:
+            continue
+    page.screenshot(path="test-artifacts/notebook-lab-failed.png")
+    expect(output).to_have_text("42")
 
 
 def check_the_card_on_a_phone_and_a_desktop(chromium, base_url: str, host) -> None:
@@ -61,16 +107,21 @@ def test_alice_runs_a_cell_in_her_hosts_notebook_and_carol_is_refused(
         expect(opened).to_be_visible(timeout=60_000)
         keep_screenshot(page, "notebook/host-page")
         check_the_card_on_a_phone_and_a_desktop(chromium, base_url, host)
-        page.goto(opened.get_attribute("href"))
-        page.locator('.jp-LauncherCard[data-category="Notebook"]').first.click()
-        cell = page.locator(".jp-Notebook .jp-Cell .cm-content").first
+        lab = opened.get_attribute("href")
+        # A notebook of one cell, saved through the portal as JupyterLab saves one (a new one
+        # from the launcher may swap its first kernel for another while the cell is sent).
+        saved = page.request.put(
+            lab.replace("/lab", "/api/contents/check.ipynb"),
+            data=json.dumps({"type": "notebook", "content": NOTEBOOK}),
+            headers={"Content-Type": "application/json"},
+        )
+        assert saved.status == 201, saved.text()
+        page.goto(f"{lab}/tree/check.ipynb")
         expect(page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")).to_be_attached(
             timeout=60_000
         )
-        cell.click()
-        page.keyboard.type("print(6 * 7)")
-        page.keyboard.press("Shift+Enter")
-        expect(page.locator(".jp-OutputArea-output").first).to_have_text("42", timeout=60_000)
+        expect(page.locator(".jp-Notebook .jp-Cell .cm-content").first).to_have_text("print(6 * 7)")
+        run_the_cell(page)
         keep_screenshot(page, "notebook/lab")
     finally:
         context.close()

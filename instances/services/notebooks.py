@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 import time
@@ -110,12 +111,11 @@ def _wait_until_it_answers(notebook: Notebook, address: str) -> None:
     url = f"http://{address}{notebook_base_url(notebook.instance)}api/status"
     deadline = time.monotonic() + settings.PORTAL_NOTEBOOK_START_SECONDS
     while time.monotonic() < deadline:
-        try:
+        # Not listening yet (a refused connection) is the usual first answer: ask again.
+        with contextlib.suppress(httpx.HTTPError):
             reply = httpx.get(url, headers={"Authorization": f"token {notebook.token}"}, timeout=2)
             if reply.status_code == 200:
                 return
-        except httpx.HTTPError:
-            pass
         time.sleep(0.25)
     raise TimeoutError(
         f"JupyterLab did not answer within {settings.PORTAL_NOTEBOOK_START_SECONDS} s."

@@ -190,14 +190,13 @@ class NotebookSocket(AsyncWebsocketConsumer):
         self.relay = asyncio.create_task(self._from_host())
 
     async def _from_host(self) -> None:
-        try:
+        # The host closing its end (the kernel shut down, the server stopped) ends ours too.
+        with contextlib.suppress(websockets.WebSocketException):
             async for message in self.upstream:
                 if isinstance(message, bytes):
                     await self.send(bytes_data=message)
                 else:
                     await self.send(text_data=message)
-        except websockets.WebSocketException:
-            pass
         await self.close()
 
     async def receive(self, text_data=None, bytes_data=None) -> None:

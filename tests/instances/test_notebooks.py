@@ -112,8 +112,9 @@ def test_everyone_who_may_not_act_on_the_host_gets_a_404(
         assert api.get(f"/notebook/{notebook_host.pk}/lab").status_code == 404
     url = f"ws://{portal_asgi}/notebook/{notebook_host.pk}/api/events/subscribe"
     headers = {"Cookie": f"sessionid={session_of(user)}", "Origin": f"http://{portal_asgi}"}
-    with pytest.raises(websockets.InvalidStatus):
+    with pytest.raises(websockets.InvalidStatus) as refusal:
         _open(url, headers)
+    assert refusal.value.response.status_code == 403
 
 
 def test_another_site_cannot_post_or_open_a_websocket_as_the_owner(
@@ -130,8 +131,9 @@ def test_another_site_cannot_post_or_open_a_websocket_as_the_owner(
         assert api.get(f"{base}api/kernels").json() == []
     url = f"ws://{portal_asgi}{base}api/events/subscribe"
     headers = {"Cookie": f"sessionid={session_of(alice)}", "Origin": "https://evil.example"}
-    with pytest.raises(websockets.InvalidStatus):
+    with pytest.raises(websockets.InvalidStatus) as refusal:
         _open(url, headers)
+    assert refusal.value.response.status_code == 403
 
 
 def test_opening_it_is_an_audit_row_and_stopping_the_host_ends_it(notebook_host, alice, client):
@@ -147,5 +149,6 @@ def test_opening_it_is_an_audit_row_and_stopping_the_host_ends_it(notebook_host,
 
 
 def _open(url: str, headers: dict) -> None:
-    with connect(url, additional_headers=headers, open_timeout=10):
-        pass
+    """Open the websocket; a refusal raises InvalidStatus, which the tests expect."""
+    with connect(url, additional_headers=headers, open_timeout=10) as opened:
+        raise AssertionError(f"the websocket opened ({opened.response.status_code})")

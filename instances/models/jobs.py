@@ -114,6 +114,18 @@ class Job(models.Model):
         return self.status in self.ENDED
 
 
+class JobRunQuerySet(models.QuerySet):
+    def end_with_host(self, host: Instance, at) -> int:
+        """A host that ended takes its open runs with it (its agent can report no exit now):
+        a run of a job that has ended was stopped with it, any other run's host was lost
+        (the job pass then recovers the job). Returns how many runs ended."""
+        still_open = self.filter(host=host, ended_at__isnull=True)
+        stopped = still_open.filter(job__status__in=Job.ENDED).update(
+            ended_at=at, outcome=JobRun.Outcome.STOPPED
+        )
+        return stopped + still_open.update(ended_at=at, outcome=JobRun.Outcome.LOST)
+
+
 class JobRun(models.Model):
     """One start of the job's command on one host, from hand-out to exit."""
 
@@ -137,6 +149,8 @@ class JobRun(models.Model):
     outcome = models.CharField(max_length=16, choices=Outcome.choices, blank=True)
     # Bytes of this run's output the portal holds (the agent resumes from here).
     log_received = models.PositiveBigIntegerField(default=0)
+
+    objects = JobRunQuerySet.as_manager()
 
     class Meta:
         ordering = ["job", "number"]

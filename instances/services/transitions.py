@@ -16,6 +16,7 @@ from instances.models import (
     HostAgentCredential,
     Instance,
     InstanceEvent,
+    JobRun,
     Order,
     OrderEvent,
 )
@@ -141,6 +142,8 @@ def instance_transition(
             HostAgentCredential.objects.filter(instance=row, revoked_at__isnull=True).update(
                 revoked_at=at
             )
+            # Nor can its job agent report a run's exit: a run still open on it ends with it.
+            JobRun.objects.end_with_host(row, at)
         audit_change(actor, action=f"{old}->{to}", object_ref=f"instance:{row.pk}", reason=reason)
         if to in HOST_NOTICES_CLOSE_AT:
             notices_close(

@@ -443,7 +443,11 @@ def test_a_worker_killed_between_host_and_start_and_during_recovery_leaves_no_jo
         scenario = scenario_of[str(job.pk)]
         assert job.status == ENDS[scenario], (scenario, job.status, job.status_reason)
         runs = list(job.runs.all())
-        assert all(run.ended_at and run.outcome for run in runs), "a run never ended"
+        assert all(run.ended_at and run.outcome for run in runs), (
+            "a run never ended",
+            scenario,
+            [(run.number, run.outcome, run.host.status) for run in runs],
+        )
         if scenario == "succeeds":
             assert [run.outcome for run in runs][-1] == JobRun.Outcome.SUCCEEDED
             assert len(runs) == job.recoveries + 1 and job.recoveries <= interrupted[str(job.pk)]

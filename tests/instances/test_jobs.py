@@ -14,7 +14,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
-from instances import services
+from instances import services, tasks
 from instances.models import Instance, Job, JobRun, Order
 from instances.providers.simulated import SimulatedProvider
 from instances.services.jobs import jobs_pass
@@ -228,6 +228,8 @@ def test_a_lost_host_is_a_recovery_the_job_pass_starts(submit):
     services.instance_sync(instance_id=host.pk)
     host.refresh_from_db()
     assert not host.is_live
+    # The run ended with its host; the job waits for the pass to recover it.
+    assert job.runs.get().outcome == JobRun.Outcome.LOST and job.runs.get().ended_at
     assert jobs_pass()["host_lost"] == 1
     job.refresh_from_db()
     assert job.status == J.RECOVERING and job.recoveries == 1
@@ -273,6 +275,25 @@ def test_cancel_ends_the_host_and_tells_the_agent_to_stop(submit, api_as, alice,
     assert job.status == J.CANCELLED and job.runs.get().outcome == "stopped"
     again = api_as(alice).post(f"/api/v1/jobs/{job.pk}/cancel/")
     assert again.status_code == 409 and again.json()["code"] == "invalid_state"
+
+
+def test_a_cancelled_jobs_host_gone_before_its_agent_reports_ends_the_run(submit, api_as, alice):
+    job = submit()
+    host = boot(job)
+    agent = Agent(host)
+    assignment = agent.ask().json()
+    agent.post("started", job=assignment["job"], run=1, pid=7)
+    assert api_as(alice).post(f"/api/v1/jobs/{job.pk}/cancel/").status_code == 200
+    # The host terminates before the agent got to report the command's exit.
+    tasks.terminate_instance.apply(args=(str(host.pk),))
+    host.refresh_from_db()
+    assert host.status == H.TERMINATED
+    run = job.runs.get()
+    assert run.outcome == JobRun.Outcome.STOPPED and run.ended_at is not None
+    # The agent's credential went with the host: its late report changes nothing.
+    late = agent.post("exit", job=assignment["job"], run=1, exit_code=143, stopped=True)
+    assert late.status_code == 401
+    assert job.runs.get().outcome == JobRun.Outcome.STOPPED
 
 
 def test_rerun_copies_the_settings_of_an_ended_job(submit, api_as, alice):

@@ -135,8 +135,9 @@ def _repair(job: Job, now) -> str | None:
         # Its run was handed to a running host: one that is no longer running (taken back,
         # stopped, ended) took the run with it.
         if host is not None and host.status != Instance.Status.RUNNING:
-            run = job.runs.filter(host=host, ended_at__isnull=True).first()
-            if run is not None:
+            # (A host that ended closed the run as it did: JobRunQuerySet.end_with_host.)
+            run = job.runs.filter(host=host).order_by("-number").first()
+            if run is not None and run.ended_at is None:
                 JobRun.objects.filter(pk=run.pk).update(ended_at=now, outcome=JobRun.Outcome.LOST)
             job_recover(
                 job=job,

@@ -43,6 +43,7 @@ from instances.models import ACTIONS, Image, Instance, InstanceType, Order
 from instances.providers import get_provider
 from instances.providers.base import ProviderTransientError
 from instances.providers.gpu_profile import profile_of
+from instances.selectors.pools import CHART_HOURS
 from instances.services.queue import enqueue_held
 from instances.services.telemetry import telemetry_collect, telemetry_compact
 from portal.lib.errors import PortalError
@@ -86,6 +87,9 @@ BEAT_DAYS = 3
 # working day's 09:00 to 21:00 in Berlin whatever day the demo opens.
 POOL_HOURS = 96
 POOL_PASS = timedelta(minutes=5)
+# Before the chart's window (CHART_HOURS) the passes leave events only: one every half hour
+# keeps the schedule's moves and launches at a sixth of the passes.
+POOL_PASS_BEFORE_CHART = timedelta(minutes=30)
 INTERRUPTIONS = 8
 
 
@@ -337,8 +341,10 @@ class Past:
         report = services.autoscale(now=self.now)
         self.stats["pool hosts launched"] += len(report.launched)
         self.work()
-        if self.now + POOL_PASS < until:
-            self.at(self.now + POOL_PASS, lambda: self.autoscale(until))
+        charted = self.now >= until - timedelta(hours=CHART_HOURS)
+        step = POOL_PASS if charted else POOL_PASS_BEFORE_CHART
+        if self.now + step < until:
+            self.at(self.now + step, lambda: self.autoscale(until))
 
 
 def demo_ssh_key(username: str) -> str:

@@ -36,9 +36,10 @@ class ImageAdmin(admin.ModelAdmin):
         "cudnn_version",
         "python_version",
         "min_driver_version",
+        "jupyterlab_version",
         "is_active",
     ]
-    list_filter = ["cuda_version", "python_version", "is_active"]
+    list_filter = ["cuda_version", "python_version", "jupyterlab_version", "is_active"]
     search_fields = ["name", "tensorflow_version", "cuda_version"]
 
     def save_model(self, request, obj, form, change):

@@ -192,7 +192,8 @@ class OrderForm(forms.Form):
             (
                 image.name,
                 f"TensorFlow {image.tensorflow_version} · CUDA {image.cuda_version} · "
-                f"cuDNN {image.cudnn_version} · Python {image.python_version}",
+                f"cuDNN {image.cudnn_version} · Python {image.python_version}"
+                + (f" · JupyterLab {image.jupyterlab_version}" if image.jupyterlab_version else ""),
             )
             for image in instance_type.compatible_images()
         ]

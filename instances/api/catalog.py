@@ -29,6 +29,7 @@ class ImageSerializer(serializers.ModelSerializer):
             "nccl_version",
             "python_version",
             "min_driver_version",
+            "jupyterlab_version",
             "gpu_architectures",
             "provider_image_ids",
         ]

@@ -160,6 +160,12 @@ class Image(models.Model):
         "before the images file's, and never overwritten by sync_catalog",
     )
     ssh_user = models.CharField(max_length=32, default="ubuntu")
+    jupyterlab_version = models.CharField(
+        max_length=16,
+        blank=True,
+        help_text="The JupyterLab the image ships, e.g. 4.2; empty for none. Only hosts of an "
+        "image with one open a notebook through the portal.",
+    )
     is_active = models.BooleanField(default=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -86,6 +86,7 @@ from instances.services.notebooks import (
     notebook_close,
     notebook_launch,
     notebook_open,
+    notebook_refusal,
 )
 from instances.services.orders import (
     Estimate,
@@ -242,6 +243,7 @@ __all__ = [
     "notebook_close",
     "notebook_launch",
     "notebook_open",
+    "notebook_refusal",
     "order_admit",
     "order_approve",
     "order_cancel",

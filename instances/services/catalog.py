@@ -131,23 +131,26 @@ def instance_type_sync(
     return report
 
 
+# What each row of an images file must give (``jupyterlab_version`` is optional).
+IMAGE_FILE_FIELDS = (
+    "tensorflow_version",
+    "cuda_version",
+    "cudnn_version",
+    "nccl_version",
+    "python_version",
+    "min_driver_version",
+    "gpu_architectures",
+    "provider_image_ids",
+)
+
+
 @transaction.atomic
 def image_upsert(*, row: dict) -> tuple[Image, str]:
     """Create or update an image from a row of images.json (or the same shape); says which:
     ``"created"``, ``"updated"`` or ``"unchanged"`` (an unchanged image is not written)."""
-    fields = {
-        key: row[key]
-        for key in (
-            "tensorflow_version",
-            "cuda_version",
-            "cudnn_version",
-            "nccl_version",
-            "python_version",
-            "min_driver_version",
-            "gpu_architectures",
-            "provider_image_ids",
-        )
-    }
+    fields = {key: row[key] for key in IMAGE_FILE_FIELDS}
+    # Optional in an images file: an image that names none ships no JupyterLab.
+    fields["jupyterlab_version"] = row.get("jupyterlab_version", "")
     image = Image.objects.filter(name=row["name"]).first() or Image(name=row["name"])
     created = image.pk is None
     changed = {key: value for key, value in fields.items() if getattr(image, key) != value}

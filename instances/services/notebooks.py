@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from instances.models import Instance, Notebook
+from instances.models import Image, Instance, Notebook
 from instances.providers import get_provider
 from instances.providers.base import Provider, ProviderError
 from instances.services.queue import enqueue
@@ -46,24 +46,43 @@ def live_notebook(instance: Instance) -> Notebook | None:
     return notebook
 
 
+def notebook_refusal(instance: Instance) -> tuple[str, str] | None:
+    """Why this host cannot open a notebook through the portal, as (code, sentence), or None
+    when it can: the cloud must offer notebooks, the host's image ship JupyterLab, and the
+    host run."""
+    if not get_provider().offers_notebooks:
+        return (
+            "notebooks_not_offered",
+            "This cloud's hosts do not offer notebooks through the portal yet: use the ssh -L "
+            "recipe on the host's page.",
+        )
+    if not instance.image.jupyterlab_version:
+        with_one = Image.objects.filter(is_active=True).exclude(jupyterlab_version="")
+        names = ", ".join(with_one.order_by("name").values_list("name", flat=True))
+        return (
+            "image_without_jupyterlab",
+            f"{instance.name}'s image {instance.image.name} has no JupyterLab: use the ssh -L "
+            "recipe on the host's page, or order a host of an image that has one"
+            + (f" ({names})." if names else "."),
+        )
+    if instance.status != Instance.Status.RUNNING:
+        return (
+            "host_not_running",
+            f"{instance.name} is {instance.get_status_display().lower()}: a notebook runs on a "
+            "running host.",
+        )
+    return None
+
+
 def notebook_open(*, instance: Instance, actor) -> Notebook:
     """The host's notebook: the one that runs, or a new one a worker starts now."""
     if not permissions.can_act_on_host(actor, instance):
         raise Forbidden(
             "Only the host's owner, the project's managers and admins open its notebook."
         )
-    if not get_provider().offers_notebooks:
-        raise Conflict(
-            "This cloud's hosts do not offer notebooks through the portal yet: use the ssh -L "
-            "recipe on the host's page.",
-            code="notebooks_not_offered",
-        )
-    if instance.status != Instance.Status.RUNNING:
-        raise Conflict(
-            f"{instance.name} is {instance.get_status_display().lower()}: a notebook runs on a "
-            "running host.",
-            code="host_not_running",
-        )
+    refused = notebook_refusal(instance)
+    if refused is not None:
+        raise Conflict(refused[1], code=refused[0])
     for _ in range(2):
         found = live_notebook(instance)
         if found is not None:

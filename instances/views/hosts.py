@@ -22,7 +22,6 @@ from instances import services
 from instances.forms import ExtendForm
 from instances.lib.checkpoints import backup_dir
 from instances.models import ACTIONS, IdlePolicy, Instance, Order
-from instances.providers import get_provider
 from instances.selectors.costs import cost_notes, costs_so_far, rate_now, running_seconds
 from instances.selectors.hosts import instances_named
 from instances.selectors.orders import held_orders
@@ -220,10 +219,13 @@ def _host_context(request: HttpRequest, instance: Instance) -> dict:
 def _notebook_context(instance: Instance) -> dict:
     """The Connect card's notebook: the one running or starting, and whether to offer one."""
     notebook = services.live_notebook(instance) if instance.status == "running" else None
+    refused = services.notebook_refusal(instance) if notebook is None else None
     return {
         "notebook": notebook,
         "notebook_url": f"{services.notebook_base_url(instance)}lab" if notebook else "",
-        "notebooks_offered": instance.status == "running" and get_provider().offers_notebooks,
+        "notebooks_offered": notebook is None and refused is None,
+        # Said on a running host only (the Connect card shows nothing else on the others).
+        "notebook_refused": refused[1] if refused and refused[0] != "host_not_running" else "",
     }
 
 

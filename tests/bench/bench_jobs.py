@@ -159,7 +159,7 @@ def _log_ingest(report, user, project) -> None:
         report(
             f"job pass, {count:,} live jobs: queries",
             f"{counted.n:,}",
-            f"{took * 1000:,.0f} ms; grows with the live jobs (a locked read of each): known",
+            f"{took * 1000:,.0f} ms; the live jobs screened in bulk, only those to repair locked",
         )
 
 

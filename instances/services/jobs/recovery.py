@@ -7,6 +7,7 @@ hosts lost under a run, orders that were refused, time limits, kept hosts whose 
 
 from __future__ import annotations
 
+from collections import defaultdict
 from datetime import timedelta
 
 from django.db import transaction
@@ -23,6 +24,7 @@ ORDER_ENDED = {
     Order.Status.CANCELLED: Job.Status.CANCELLED,
 }
 LIVE_JOB = (Job.Status.PENDING, Job.Status.STARTING, Job.Status.RUNNING, Job.Status.RECOVERING)
+RUNS = (Job.Status.STARTING, Job.Status.RUNNING)  # a run is handed to the job's host
 
 
 def job_recover(
@@ -90,19 +92,35 @@ def _refusal(host: Instance) -> str:
 
 
 def jobs_pass(*, now=None) -> dict[str, int]:
-    """Repair what no agent said: returns how many jobs each rule moved."""
+    """Repair what no agent said: returns how many jobs each rule moved. The live jobs are
+    screened in two queries whatever their number (_rule on what they read); only those a rule
+    holds for are locked, read again and repaired."""
     now = now or timezone.now()
     moved = {"order_ended": 0, "host_lost": 0, "no_host": 0, "time_limit": 0, "released": 0}
-    for job in Job.objects.filter(status__in=LIVE_JOB).select_related("order", "host"):
+    live = list(
+        Job.objects.filter(status__in=LIVE_JOB)
+        .select_related("order", "host")
+        .only("status", "started_at", "time_limit_minutes", "order__status", "host__status")
+    )
+    waiting = [job.order_id for job in live if job.status not in RUNS]
+    statuses: dict = defaultdict(list)
+    for order_id, status in Instance.objects.filter(order_id__in=waiting).values_list(
+        "order_id", "status"
+    ):
+        statuses[order_id].append(status)
+    for screened in live:
+        if _rule(screened, now, statuses[screened.order_id]) is None:
+            continue
         with transaction.atomic():
             job = (
                 Job.objects.select_for_update(of=("self",))
                 .select_related("order", "host")
-                .get(pk=job.pk)
+                .get(pk=screened.pk)
             )
             if job.is_ended:
                 continue
-            rule = _repair(job, now)
+            hosts = list(job.order.instances.all())
+            rule = _repair(job, now, _rule(job, now, [host.status for host in hosts]), hosts)
             if rule:
                 moved[rule] += 1
     for job in Job.objects.filter(status=Job.Status.FAILED, keep_host_until__lte=now):
@@ -111,9 +129,30 @@ def jobs_pass(*, now=None) -> dict[str, int]:
     return moved
 
 
-def _repair(job: Job, now) -> str | None:
+def _rule(job: Job, now, host_statuses: list[str]) -> str | None:
+    """Which repair the job needs now, if any, from the job, its order, its host and the
+    statuses of its order's hosts (read only)."""
     order = job.order
     if job.status == Job.Status.PENDING and order.status in ORDER_ENDED:
+        return "order_ended"
+    if job.started_at and now >= job.started_at + timedelta(minutes=job.time_limit_minutes):
+        return "time_limit"
+    if job.status in RUNS:
+        # Its run was handed to a running host: one that is no longer running (taken back,
+        # stopped, ended) took the run with it.
+        host = job.host
+        return "host_lost" if host is not None and host.status != Instance.Status.RUNNING else None
+    if order.status != Order.Status.PLACED:
+        return None
+    if host_statuses and not any(status in Instance.LIVE for status in host_statuses):
+        return "no_live_host"  # every host of the order ended before the job could run on one
+    return None
+
+
+def _repair(job: Job, now, rule: str | None, hosts: list[Instance]) -> str | None:
+    """Do what ``rule`` says for the (locked) job; returns the counter it moves."""
+    order = job.order
+    if rule == "order_ended":
         job_transition(
             job=job,
             to=ORDER_ENDED[order.status],
@@ -122,7 +161,7 @@ def _repair(job: Job, now) -> str | None:
             actor=ACTOR,
         )
         return "order_ended"
-    if job.started_at and now >= job.started_at + timedelta(minutes=job.time_limit_minutes):
+    if rule == "time_limit":
         job_transition(
             job=job,
             to=Job.Status.FAILED,
@@ -130,47 +169,39 @@ def _repair(job: Job, now) -> str | None:
             actor=ACTOR,
         )
         return "time_limit"
-    if job.status in (Job.Status.STARTING, Job.Status.RUNNING):
+    if rule == "host_lost":
         host = job.host
-        # Its run was handed to a running host: one that is no longer running (taken back,
-        # stopped, ended) took the run with it.
-        if host is not None and host.status != Instance.Status.RUNNING:
-            # (A host that ended closed the run as it did: JobRunQuerySet.end_with_host.)
-            run = job.runs.filter(host=host).order_by("-number").first()
-            if run is not None and run.ended_at is None:
-                JobRun.objects.filter(pk=run.pk).update(ended_at=now, outcome=JobRun.Outcome.LOST)
-            job_recover(
-                job=job,
-                host=host,
-                reason=f"host {host.name} was lost under run {run.number if run else '?'} "
-                f"({host.get_status_display().lower()}: {host.status_reason or 'no reason given'})",
-            )
-            return "host_lost"
-        return None
-    if order.status != Order.Status.PLACED:
-        return None
-    hosts = list(order.instances.all())
-    if hosts and not any(h.is_live for h in hosts):
-        # Every host of the order ended before the job could run on one.
-        last = max(hosts, key=lambda h: (h.created_at, str(h.pk)))
-        if job.status == Job.Status.RECOVERING and last.replaced_by is None:
-            job = job_recover(job=job, host=last, reason=f"host {last.name} ended")
-            if job.status == Job.Status.RECOVERING:
-                return "host_lost"
-        taken_back = last.events.filter(new_status=Instance.Status.INTERRUPTED).exists()
-        if taken_back and last.replaced_by is None:
-            # Taken back before the job ran on it, and the spot recovery that replaces it did
-            # not get to (a worker died between the two): the job waits for the replacement.
-            replacement = replacement_start(instance_id=last.pk, why="interruption")
-            if replacement is not None:
-                job_note(job=job, note=f"waits for host {replacement.name}", host=replacement)
-                return "host_lost"
-        job_transition(
+        # (A host that ended closed the run as it did: JobRunQuerySet.end_with_host.)
+        run = job.runs.filter(host=host).order_by("-number").first()
+        if run is not None and run.ended_at is None:
+            JobRun.objects.filter(pk=run.pk).update(ended_at=now, outcome=JobRun.Outcome.LOST)
+        job_recover(
             job=job,
-            to=Job.Status.FAILED,
-            reason=f"no host could run it: {last.status_reason or last.get_status_display()}",
-            actor=ACTOR,
-            host=last,
+            host=host,
+            reason=f"host {host.name} was lost under run {run.number if run else '?'} "
+            f"({host.get_status_display().lower()}: {host.status_reason or 'no reason given'})",
         )
-        return "no_host"
-    return None
+        return "host_lost"
+    if rule != "no_live_host":
+        return None
+    last = max(hosts, key=lambda h: (h.created_at, str(h.pk)))
+    if job.status == Job.Status.RECOVERING and last.replaced_by is None:
+        job = job_recover(job=job, host=last, reason=f"host {last.name} ended")
+        if job.status == Job.Status.RECOVERING:
+            return "host_lost"
+    taken_back = last.events.filter(new_status=Instance.Status.INTERRUPTED).exists()
+    if taken_back and last.replaced_by is None:
+        # Taken back before the job ran on it, and the spot recovery that replaces it did
+        # not get to (a worker died between the two): the job waits for the replacement.
+        replacement = replacement_start(instance_id=last.pk, why="interruption")
+        if replacement is not None:
+            job_note(job=job, note=f"waits for host {replacement.name}", host=replacement)
+            return "host_lost"
+    job_transition(
+        job=job,
+        to=Job.Status.FAILED,
+        reason=f"no host could run it: {last.status_reason or last.get_status_display()}",
+        actor=ACTOR,
+        host=last,
+    )
+    return "no_host"

@@ -9,12 +9,18 @@ from instances.providers.base import Provider
 from instances.providers.counted import CountedProvider
 
 
-def get_provider(name: str | None = None) -> Provider:
+def provider_class(name: str | None = None) -> type[Provider]:
+    """The configured cloud's class, for what it answers without a client (offers_notebooks)."""
     name = name or settings.PORTAL_PROVIDER
     try:
         path = settings.PORTAL_PROVIDERS[name]
     except KeyError:
         known = ", ".join(sorted(settings.PORTAL_PROVIDERS))
         raise ValueError(f"Unknown provider {name!r}; PORTAL_PROVIDER accepts {known}.") from None
+    return import_string(path)
+
+
+def get_provider(name: str | None = None) -> Provider:
+    name = name or settings.PORTAL_PROVIDER
     # Counted by call and error kind for /metrics (instances/metrics.py).
-    return CountedProvider(import_string(path)(), name)
+    return CountedProvider(provider_class(name)(), name)

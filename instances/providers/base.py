@@ -255,9 +255,12 @@ class Provider(abc.ABC):
         read here (it sends them through EventBridge to the SQS queue the portal drains)."""
         return []
 
-    # JupyterLab on a host, reached through the portal's proxy: only clouds whose hosts the
-    # portal can start it on and reach offer it (the page offers no button elsewhere).
-    offers_notebooks: bool = False
+    @classmethod
+    def offers_notebooks(cls) -> bool:
+        """JupyterLab on a host, reached through the portal's proxy: only clouds whose hosts
+        the portal can start it on and reach offer it (the page offers no button elsewhere).
+        The class answers, so a host page's poll asks without building a cloud client."""
+        return False
 
     def notebook_start(self, cloud_id: str, *, instance_id: str, base_url: str, token: str) -> str:
         """Start JupyterLab on a running host under ``base_url`` with ``token``: the address

@@ -206,9 +206,11 @@ class HostNotebooks:
 
     agents: bool
 
-    @property
-    def offers_notebooks(self) -> bool:
-        return self.agents
+    @classmethod
+    def offers_notebooks(cls) -> bool:
+        from django.conf import settings
+
+        return settings.PORTAL_SIMULATED_AGENTS  # what each instance's ``agents`` is set from
 
     def notebook_start(self, cloud_id: str, *, instance_id: str, base_url: str, token: str) -> str:
         from instances.providers.base import ProviderPermanentError

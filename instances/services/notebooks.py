@@ -15,7 +15,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from instances.models import Image, Instance, Notebook
-from instances.providers import get_provider
+from instances.providers import get_provider, provider_class
 from instances.providers.base import Provider, ProviderError
 from instances.services.queue import enqueue
 from portal import permissions
@@ -50,7 +50,7 @@ def notebook_refusal(instance: Instance) -> tuple[str, str] | None:
     """Why this host cannot open a notebook through the portal, as (code, sentence), or None
     when it can: the cloud must offer notebooks, the host's image ship JupyterLab, and the
     host run."""
-    if not get_provider().offers_notebooks:
+    if not provider_class().offers_notebooks():
         return (
             "notebooks_not_offered",
             "This cloud's hosts do not offer notebooks through the portal yet: use the ssh -L "

@@ -75,3 +75,21 @@ def test_a_host_of_an_image_with_jupyterlab_offers_the_button(
     client.force_login(alice)
     page = client.get(f"/hosts/{host.pk}/").content.decode()
     assert "Start JupyterLab" in page and "has no JupyterLab" not in page
+
+
+def test_the_host_panels_poll_builds_no_cloud_client(
+    agents_on, running_host, alice, client, monkeypatch
+):
+    """Each open host page polls its panel every few seconds: whether to offer a notebook is
+    the cloud class's answer, not a client built per poll (a boto3 client on EC2)."""
+    from instances.providers.simulated import SimulatedProvider
+
+    host = running_host()
+    client.force_login(alice)
+
+    def no_client(self):
+        raise AssertionError("the poll built a cloud client")
+
+    monkeypatch.setattr(SimulatedProvider, "__init__", no_client)
+    panel = client.get(f"/hosts/{host.pk}/panel/")
+    assert panel.status_code == 200 and "Start JupyterLab" in panel.content.decode()

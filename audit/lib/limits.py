@@ -69,13 +69,22 @@ def request_refusal(request: HttpRequest) -> Refusal | None:
                 f"the portal accepts at most {settings.PORTAL_MAX_HEADER_LENGTH}.",
             )
     size = content_length(request) or 0
-    upload = request.META.get("CONTENT_TYPE", "").startswith("multipart/form-data")
-    limit = settings.PORTAL_MAX_UPLOAD_BYTES if upload else settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    limit, where = body_limit(request)
     if limit is not None and size > limit:
         return Refusal(
             413,
             "body_too_large",
-            f"The body is {size} bytes; the portal accepts at most {limit} bytes "
-            f"{'in an upload' if upload else 'in a request body'}.",
+            f"The body is {size} bytes; the portal accepts at most {limit} bytes {where}.",
         )
     return None
+
+
+def body_limit(request: HttpRequest) -> tuple[int | None, str]:
+    """The largest body this request may carry, and where that limit holds (for the sentence):
+    a host's JupyterLab takes notebooks and files (under /notebook/, passed through unparsed),
+    a multipart form takes uploads, any other body is JSON or a form."""
+    if request.path_info.startswith("/notebook/"):
+        return settings.PORTAL_NOTEBOOK_MAX_BODY_BYTES, "in a request to a host's JupyterLab"
+    if request.META.get("CONTENT_TYPE", "").startswith("multipart/form-data"):
+        return settings.PORTAL_MAX_UPLOAD_BYTES, "in an upload"
+    return settings.DATA_UPLOAD_MAX_MEMORY_SIZE, "in a request body"

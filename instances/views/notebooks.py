@@ -133,7 +133,10 @@ def notebook_proxy(request: HttpRequest, pk, rest: str = "") -> HttpResponse:
             request.method,
             f"http://{notebook.address}{request.path}",
             params=request.GET,
-            content=request.body,
+            # Read from the stream, not request.body: a notebook saved with its plots is past
+            # DATA_UPLOAD_MAX_MEMORY_SIZE; PORTAL_NOTEBOOK_MAX_BODY_BYTES bounds it
+            # (audit/lib/limits.py).
+            content=request.read(),
             headers=headers,
             timeout=60,
             follow_redirects=False,

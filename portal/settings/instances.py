@@ -421,6 +421,13 @@ PORTAL_NOTEBOOK_START_SECONDS = env_int(
     60,
     help="How long a worker waits for a host's JupyterLab to answer before the notebook fails.",
 )
+PORTAL_NOTEBOOK_MAX_BODY_BYTES = env_int(
+    "PORTAL_NOTEBOOK_MAX_BODY_BYTES",
+    100 * 1024 * 1024,
+    help="The largest request body sent through to a host's JupyterLab (a notebook saved with "
+    "its plots, a file uploaded into it), in bytes; a larger one answers 413. Everywhere else "
+    "DJANGO_DATA_UPLOAD_MAX_MEMORY_SIZE holds.",
+)
 PORTAL_SIMULATED_AGENTS = env_bool(
     "PORTAL_SIMULATED_AGENTS",
     True,

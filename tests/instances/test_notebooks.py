@@ -102,6 +102,52 @@ def test_a_cell_runs_on_the_hosts_kernel_through_the_portal(portal_asgi, noteboo
     assert run_cell(url, headers, "print(6 * 7)") == "42\n"
 
 
+def test_a_notebook_past_the_apis_body_limit_is_saved_and_read_back(
+    portal_asgi, notebook_host, alice, settings
+):
+    """A notebook saved with its plots is megabytes: the proxy takes up to
+    PORTAL_NOTEBOOK_MAX_BODY_BYTES (not the API's 1 MB), and refuses more with a 413 that
+    says the limit, before anything reads it."""
+    settings.PORTAL_NOTEBOOK_MAX_BODY_BYTES = 4 * 1024 * 1024
+    plot = "iVBORw0KGgo" * (3 * 1024 * 1024 // 11)  # a PNG's worth of base64, 3 MB
+    notebook = {
+        "cells": [
+            {
+                "cell_type": "code",
+                "execution_count": 1,
+                "id": "plot",
+                "metadata": {},
+                "outputs": [
+                    {
+                        "data": {"image/png": plot, "text/plain": ["<Figure>"]},
+                        "metadata": {},
+                        "output_type": "display_data",
+                    }
+                ],
+                "source": ["plt.plot(losses)"],
+            }
+        ],
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    url = f"/notebook/{notebook_host.pk}/api/contents/losses.ipynb"
+    body = {"type": "notebook", "format": "json", "content": notebook}
+    with as_user(portal_asgi, alice) as api:
+        saved = api.put(url, json=body)
+        assert saved.status_code in (200, 201), saved.text[:300]
+        back = api.get(url, params={"content": 1})
+        assert back.status_code == 200
+        outputs = back.json()["content"]["cells"][0]["outputs"]
+        assert outputs[0]["data"]["image/png"] == plot
+        body["content"]["cells"][0]["outputs"][0]["data"]["image/png"] = plot * 2
+        refused = api.put(url, json=body)
+        assert refused.status_code == 413
+        assert "at most 4194304 bytes in a request to a host's JupyterLab" in refused.text
+        # The saved notebook is the 3 MB one still.
+        assert len(api.get(url, params={"content": 1}).content) < 4 * 1024 * 1024
+
+
 @pytest.mark.parametrize("who", ["bob", "carol", "fin"])
 def test_everyone_who_may_not_act_on_the_host_gets_a_404(
     portal_asgi, notebook_host, bob, carol, fin, who

@@ -12,9 +12,8 @@ name things that exist; a report's end is not before its start. Negative example
 drawn. Every call runs in a transaction rolled back after it, so an unsafe call (a stop, a
 delete, a revoked token) leaves the next example the same world.
 
-The budget is fixed (``FUZZ_EXAMPLES`` per operation, derandomized; the researcher's pass draws
-twice as many and skips the coverage phase, see FUZZ_DRAWN_ONLY); ``PORTAL_FUZZ_EXAMPLES``
-raises it for a deeper run.
+The budget is fixed (``FUZZ_EXAMPLES`` per operation, derandomized) so the run takes about a
+minute per persona; ``PORTAL_FUZZ_EXAMPLES`` raises it for a deeper run.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ from django.core.signals import request_finished, request_started
 from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections, transaction
 from django.utils import timezone
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     negative_data_rejection,
@@ -61,13 +60,6 @@ FUZZ = settings(
     deadline=None,
     suppress_health_check=list(HealthCheck),
 )
-# The researcher's pass draws twice the examples and leaves out Schemathesis's coverage phase
-# (every field's wrong types, boundaries and enums, deterministically: five in six of the
-# admin's calls). That phase tries the serializers' validation, which is the same code whoever
-# calls; the admin's pass, which reaches every operation, runs it. What differs for a
-# researcher (what they may see and name, the operations refused them) the drawn examples
-# reach, and the route matrix (tests/test_route_matrix.py) holds every route to its answer.
-FUZZ_DRAWN_ONLY = settings(FUZZ, max_examples=2 * FUZZ_EXAMPLES, phases=[Phase.generate])
 
 
 @dataclass
@@ -467,7 +459,7 @@ POOLS_AND_JOBS = r"^/api/v1/(pools|jobs)/"
 
 def _fuzz(lazy, who: str):
     @lazy.parametrize()
-    @(FUZZ if who == "ada" else FUZZ_DRAWN_ONLY)
+    @FUZZ
     def test(case, world):
         exercise(case, world, who)
 

@@ -217,15 +217,17 @@ def _host_context(request: HttpRequest, instance: Instance) -> dict:
 
 
 def _notebook_context(instance: Instance) -> dict:
-    """The Connect card's notebook: the one running or starting, and whether to offer one."""
-    notebook = services.live_notebook(instance) if instance.status == "running" else None
+    """The Connect card's notebook: the one running or starting, and whether to offer one. The
+    card shows only on a running host, so nothing is asked about the others (the panel polls)."""
+    if instance.status != Instance.Status.RUNNING:
+        return {"notebook": None, "notebook_url": "", "notebooks_offered": False}
+    notebook = services.live_notebook(instance)
     refused = services.notebook_refusal(instance) if notebook is None else None
     return {
         "notebook": notebook,
         "notebook_url": f"{services.notebook_base_url(instance)}lab" if notebook else "",
         "notebooks_offered": notebook is None and refused is None,
-        # Said on a running host only (the Connect card shows nothing else on the others).
-        "notebook_refused": refused[1] if refused and refused[0] != "host_not_running" else "",
+        "notebook_refused": refused[1] if refused else "",
     }
 
 

@@ -16,17 +16,20 @@ import base64
 import contextlib
 import hashlib
 import re
+from collections.abc import AsyncIterator
 
 import httpx
 import websockets
+from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.contrib import messages
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
+from audit.lib.limits import content_length
 from instances.models import Instance, Notebook
 from instances.services import live_notebook, notebook_close, notebook_open
 from portal import permissions
@@ -62,6 +65,7 @@ NOTEBOOK_POLICY = (
     "connect-src 'self'; worker-src 'self' blob:; frame-src 'self' blob:; "
     "frame-ancestors 'self'; form-action 'self'; base-uri 'self'; object-src 'none'"
 )
+CHUNK = 64 * 1024  # what the proxy holds of a body at a time, either way
 INLINE_SCRIPT = re.compile(
     rb"<script(?![^>]*\bsrc=)[^>]*>(.*?)</script>", re.DOTALL | re.IGNORECASE
 )
@@ -111,12 +115,40 @@ def _same_origin(request: HttpRequest) -> bool:
     return origin is None or origin == f"{request.scheme}://{request.get_host()}"
 
 
-@csrf_exempt  # JupyterLab sends its own XSRF header, not Django's; see the module's note
-def notebook_proxy(request: HttpRequest, pk, rest: str = "") -> HttpResponse:
-    instance = _acting_on(request.user, pk)
-    notebook = live_notebook(instance)
+def _notebook_to_reach(user, pk) -> Notebook:
+    """The host's notebook, in whatever state, for someone who may act on the host."""
+    notebook = live_notebook(_acting_on(user, pk))
     if notebook is None:
         raise Http404("No notebook runs on this host: open one from the host's page.")
+    return notebook
+
+
+async def _request_body(request: HttpRequest) -> AsyncIterator[bytes]:
+    """The request's body in chunks: a notebook saved with its plots (up to
+    PORTAL_NOTEBOOK_MAX_BODY_BYTES, audit/lib/limits.py) is never held whole. Django has
+    spooled it to a file (or, under 1 MB, the audit middleware holds its copy), read off the
+    event loop as Django writes it."""
+    read = sync_to_async(request.read, thread_sensitive=False)
+    while chunk := await read(CHUNK):
+        yield chunk
+
+
+async def _relay(client: httpx.AsyncClient, reply: httpx.Response) -> AsyncIterator[bytes]:
+    """The host's answer as it arrives (a downloaded checkpoint is gigabytes), its encoding
+    untouched; the connection closes when the browser has it all or goes away."""
+    try:
+        async for chunk in reply.aiter_raw(CHUNK):
+            yield chunk
+    finally:
+        await reply.aclose()
+        await client.aclose()
+
+
+@csrf_exempt  # JupyterLab sends its own XSRF header, not Django's; see the module's note
+async def notebook_proxy(request: HttpRequest, pk, rest: str = "") -> HttpResponse:
+    """Async, so that the answer streams: under ASGI Django would read a synchronous
+    iterator to its end before sending a byte."""
+    notebook = await sync_to_async(_notebook_to_reach)(await request.auser(), pk)
     if notebook.status != Notebook.Status.RUNNING:
         response = HttpResponse(
             "JupyterLab is starting on the host; this page reloads itself.", status=503
@@ -128,28 +160,41 @@ def notebook_proxy(request: HttpRequest, pk, rest: str = "") -> HttpResponse:
         return HttpResponse("Cross-site requests to a notebook are refused.", status=403)
     headers = {k: v for k, v in request.headers.items() if k.lower() not in DROPPED_REQUEST}
     headers["Authorization"] = f"token {notebook.token}"
-    try:
-        reply = httpx.request(
-            request.method,
-            f"http://{notebook.address}{request.path}",
-            params=request.GET,
-            # Read from the stream, not request.body: a notebook saved with its plots is past
-            # DATA_UPLOAD_MAX_MEMORY_SIZE; PORTAL_NOTEBOOK_MAX_BODY_BYTES bounds it
-            # (audit/lib/limits.py).
-            content=request.read(),
-            headers=headers,
-            timeout=60,
-            follow_redirects=False,
-        )
-    except httpx.HTTPError:
-        return HttpResponse("The host's JupyterLab does not answer.", status=502)
-    response = HttpResponse(reply.content, status=reply.status_code)
-    for name, value in reply.headers.multi_items():
-        if name.lower() not in DROPPED_RESPONSE and name.lower() != "content-security-policy":
-            response[name] = value
-    response["Content-Security-Policy"] = policy_for(
-        reply.content, reply.headers.get("content-type", "")
+    length = content_length(request) or 0
+    if length:
+        # Said outright, the length is sent as is: the host is not sent a chunked body.
+        headers["Content-Length"] = str(length)
+    client = httpx.AsyncClient(timeout=60, follow_redirects=False)
+    query = request.META.get("QUERY_STRING", "")
+    upstream = client.build_request(
+        request.method,
+        f"http://{notebook.address}{request.path}" + (f"?{query}" if query else ""),
+        content=_request_body(request) if length else None,
+        headers=headers,
     )
+    try:
+        reply = await client.send(upstream, stream=True)
+    except httpx.HTTPError:
+        await client.aclose()
+        return HttpResponse("The host's JupyterLab does not answer.", status=502)
+    content_type = reply.headers.get("content-type", "")
+    if content_type.startswith("text/html"):
+        # A page is read whole: its policy names its inline scripts by their hashes.
+        try:
+            content = await reply.aread()
+        finally:
+            await reply.aclose()
+            await client.aclose()
+        response = HttpResponse(content, status=reply.status_code)
+        dropped = DROPPED_RESPONSE | {"content-encoding"}  # aread() decoded it
+    else:
+        content = b""
+        response = StreamingHttpResponse(_relay(client, reply), status=reply.status_code)
+        dropped = DROPPED_RESPONSE
+    for name, value in reply.headers.multi_items():
+        if name.lower() not in dropped and name.lower() != "content-security-policy":
+            response[name] = value
+    response["Content-Security-Policy"] = policy_for(content, content_type)
     return response
 
 

@@ -1,12 +1,12 @@
 """Pools on PostgreSQL and Redis with a real worker and beat: a quota holds a pool at 4 of 6
-and raising it lets the pool reach 6; a worker SIGKILLed at random points in 20 scale-outs
-never leaves more than desired hosts alive after one reconcile pass, nor an orphan.
-``pytest -s`` prints the figures."""
+and raising it lets the pool reach 6; a worker SIGKILLed at points spread over 12 scale-outs
+(before the pass, during its launches, after them) never leaves more than desired hosts alive
+after one reconcile pass, nor an orphan. ``pytest -s`` prints the figures."""
 
 from __future__ import annotations
 
-import random
 import time
+from collections import Counter
 
 import pytest
 from django.db.models import Count
@@ -31,7 +31,7 @@ ENV = {
     "PORTAL_RECONCILE_SECONDS": "3",
     "PORTAL_SIMULATED_BOOT_SECONDS": "1",
 }
-SCALE_OUTS = trial_count("KILL_LOOP_TRIALS", 20)
+SCALE_OUTS = trial_count("KILL_LOOP_TRIALS", 12)
 
 
 def _pool(catalog, alice, projects, **fields) -> Pool:
@@ -48,6 +48,12 @@ def _pool(catalog, alice, projects, **fields) -> Pool:
 
 def _running(pool: Pool) -> int:
     return Instance.objects.filter(pool=pool, status=S.RUNNING).count()
+
+
+def _in_the_cloud(pool: Pool) -> int:
+    rows = [str(pk) for pk in Instance.objects.filter(pool=pool).values_list("pk", flat=True)]
+    alive = SimulatedHost.objects.exclude(state__in=["shutting-down", "terminated"])
+    return alive.filter(portal_instance__in=rows).count()
 
 
 def _live(pool: Pool) -> int:
@@ -83,22 +89,22 @@ def test_a_quota_holds_the_pool_at_4_of_6_until_it_is_raised(
     )
 
 
-def test_a_worker_killed_at_random_points_in_20_scale_outs_never_leaves_more_than_desired(
+def test_a_worker_killed_at_points_spread_over_scale_outs_never_leaves_more_than_desired(
     catalog, alice, projects
 ):
     pool = _pool(catalog, alice, projects, desired=0, max_size=SCALE_OUTS)
-    rng = random.Random(12)
     kills = []
     for trial in range(SCALE_OUTS):
         services.pool_set_desired(pool=pool, user=alice, desired=trial + 1)
         purge_queues() if trial == 0 else None
         worker = Worker(beat=True, **ENV).start()
-        # Beat starts with the worker and sends a pass within about two seconds: kills land
-        # before, during and after the pass and the launches it sends.
-        pause = rng.uniform(1.5, 4.0)
+        # Beat starts with the worker and sends a pass within about two seconds: the kills,
+        # spread evenly from 0.25 to 4 s after the worker is ready, land before the pass and
+        # during and after the launches it sends (the print says how many landed where).
+        pause = 0.25 + 3.75 * trial / max(1, SCALE_OUTS - 1)
         time.sleep(pause)
         worker.kill()
-        kills.append((trial + 1, round(pause, 2), _live(pool)))
+        kills.append((trial + 1, round(pause, 2), _live(pool), _in_the_cloud(pool)))
         assert _live(pool) <= trial + 1  # rows: the pass is one transaction
     pool.refresh_from_db()
     # --- one reconcile pass, nothing else running ---
@@ -127,9 +133,13 @@ def test_a_worker_killed_at_random_points_in_20_scale_outs_never_leaves_more_tha
         wait_for(lambda: _running(pool) == pool.desired, timeout=120)
     finally:
         settle.stop()
+    landed = Counter(
+        "before the pass committed" if live < desired else "after it committed"
+        for desired, _, live, _ in kills
+    )
     print(
-        f"\n{SCALE_OUTS} scale-outs, worker SIGKILLed after (desired, seconds, live rows): "
-        f"{kills}\n"
+        f"\n{SCALE_OUTS} scale-outs, worker SIGKILLed after (desired, seconds, live rows, "
+        f"hosts in the cloud): {kills}\nkills landed: {dict(landed)}\n"
         f"after one reconcile pass: {pool_hosts_alive} hosts alive in the cloud for desired "
         f"{pool.desired}, {len(orphans)} orphans; settled at {_running(pool)} running"
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import hashlib
 import re
 from collections.abc import AsyncIterator
@@ -123,32 +124,29 @@ def _notebook_to_reach(user, pk) -> Notebook:
     return notebook
 
 
-async def _request_body(request: HttpRequest) -> AsyncIterator[bytes]:
-    """The request's body in chunks: a notebook saved with its plots (up to
-    PORTAL_NOTEBOOK_MAX_BODY_BYTES, audit/lib/limits.py) is never held whole. Django has
-    spooled it to a file (or, under 1 MB, the audit middleware holds its copy), read off the
-    event loop as Django writes it."""
-    read = sync_to_async(request.read, thread_sensitive=False)
-    while chunk := await read(CHUNK):
-        yield chunk
-
-
-async def _relay(client: httpx.AsyncClient, reply: httpx.Response) -> AsyncIterator[bytes]:
+async def _relay(client: httpx.Client, reply: httpx.Response) -> AsyncIterator[bytes]:
     """The host's answer as it arrives (a downloaded checkpoint is gigabytes), its encoding
-    untouched; the connection closes when the browser has it all or goes away."""
+    untouched. Asynchronous, so that under ASGI Django sends each chunk as it comes (it reads
+    a synchronous iterator to its end first); each read waits off the event loop. The
+    connection closes when the browser has it all or goes away."""
+    read = sync_to_async(
+        functools.partial(next, reply.iter_raw(CHUNK), None), thread_sensitive=False
+    )
     try:
-        async for chunk in reply.aiter_raw(CHUNK):
+        while (chunk := await read()) is not None:
             yield chunk
     finally:
-        await reply.aclose()
-        await client.aclose()
+        await sync_to_async(_close, thread_sensitive=False)(client, reply)
+
+
+def _close(client: httpx.Client, reply: httpx.Response) -> None:
+    reply.close()
+    client.close()
 
 
 @csrf_exempt  # JupyterLab sends its own XSRF header, not Django's; see the module's note
-async def notebook_proxy(request: HttpRequest, pk, rest: str = "") -> HttpResponse:
-    """Async, so that the answer streams: under ASGI Django would read a synchronous
-    iterator to its end before sending a byte."""
-    notebook = await sync_to_async(_notebook_to_reach)(await request.auser(), pk)
+def notebook_proxy(request: HttpRequest, pk, rest: str = "") -> HttpResponse:
+    notebook = _notebook_to_reach(request.user, pk)
     if notebook.status != Notebook.Status.RUNNING:
         response = HttpResponse(
             "JupyterLab is starting on the host; this page reloads itself.", status=503
@@ -164,29 +162,31 @@ async def notebook_proxy(request: HttpRequest, pk, rest: str = "") -> HttpRespon
     if length:
         # Said outright, the length is sent as is: the host is not sent a chunked body.
         headers["Content-Length"] = str(length)
-    client = httpx.AsyncClient(timeout=60, follow_redirects=False)
+    client = httpx.Client(timeout=60, follow_redirects=False)
     query = request.META.get("QUERY_STRING", "")
     upstream = client.build_request(
         request.method,
         f"http://{notebook.address}{request.path}" + (f"?{query}" if query else ""),
-        content=_request_body(request) if length else None,
+        # In chunks, off Django's spooled file (or, under 1 MB, the audit middleware's copy):
+        # a notebook saved with its plots (up to PORTAL_NOTEBOOK_MAX_BODY_BYTES,
+        # audit/lib/limits.py) is never held whole.
+        content=iter(functools.partial(request.read, CHUNK), b"") if length else None,
         headers=headers,
     )
     try:
-        reply = await client.send(upstream, stream=True)
+        reply = client.send(upstream, stream=True)
     except httpx.HTTPError:
-        await client.aclose()
+        client.close()
         return HttpResponse("The host's JupyterLab does not answer.", status=502)
     content_type = reply.headers.get("content-type", "")
     if content_type.startswith("text/html"):
         # A page is read whole: its policy names its inline scripts by their hashes.
         try:
-            content = await reply.aread()
+            content = reply.read()
         finally:
-            await reply.aclose()
-            await client.aclose()
+            _close(client, reply)
         response = HttpResponse(content, status=reply.status_code)
-        dropped = DROPPED_RESPONSE | {"content-encoding"}  # aread() decoded it
+        dropped = DROPPED_RESPONSE | {"content-encoding"}  # read() decoded it
     else:
         content = b""
         response = StreamingHttpResponse(_relay(client, reply), status=reply.status_code)

@@ -38,7 +38,9 @@ from instances.services.approvals import (
     orders_expire,
 )
 from instances.services.catalog import (
+    CatalogSync,
     SyncReport,
+    catalog_sync,
     image_save,
     image_upsert,
     instance_type_record_spot_price,
@@ -183,6 +185,7 @@ __all__ = [
     "QUOTA_REQUEST_MOST_GPUS",
     "REENQUEUED",
     "AutoscaleReport",
+    "CatalogSync",
     "Estimate",
     "GpuShape",
     "IdleReport",
@@ -203,6 +206,7 @@ __all__ = [
     "approvers_ask",
     "audit_change",
     "autoscale",
+    "catalog_sync",
     "enqueue",
     "failure_reason",
     "idle_check",

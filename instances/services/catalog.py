@@ -5,18 +5,22 @@ the cloud, spot prices seen, and what the catalog tells other apps when a list p
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
+from pathlib import Path
 
+from django.conf import settings
 from django.db import transaction
 
 from audit.registry import PRICE_CHANGED
-from instances.data import ListPrice, gpu_reference
+from instances.data import ListPrice, gpu_reference, image_rows, list_prices
 from instances.models import (
     Image,
     InstanceType,
 )
+from instances.providers import get_provider
 from instances.providers.base import (
     InstanceTypeSpec,
 )
@@ -129,6 +133,48 @@ def instance_type_sync(
         report.deactivated = sorted(gone.values_list("name", flat=True))
         gone.update(is_active=False)
     return report
+
+
+@dataclass
+class CatalogSync:
+    """What a sync did: the types' report, the images' states, and a sentence for each image
+    left out because the region has no such image id."""
+
+    report: SyncReport
+    images: Counter
+    left_out: list[str]
+
+
+def catalog_sync(
+    *, provider: str, price_file: Path, image_file: Path, keep_missing: bool = False
+) -> CatalogSync:
+    """Sync the instance types from the cloud with the price file's prices, and the images from
+    the images file (manage.py sync_catalog, which audits it). An unreadable file raises
+    ValueError, OSError or KeyError; the cloud's failure, ProviderError."""
+    cloud = get_provider(provider)
+    prices = list_prices(price_file)
+    rows = image_rows(image_file)
+    specs = cloud.instance_types()
+    region = settings.PORTAL_REGION
+    wanted = (ids for row in rows if (ids := row["provider_image_ids"].get(region)))
+    found = cloud.images_found(wanted)
+    report = instance_type_sync(
+        provider=provider, specs=specs, prices=prices, deactivate_missing=not keep_missing
+    )
+    usable, left_out = [], []
+    for row in rows:
+        image_id = row["provider_image_ids"].get(region)
+        if image_id and image_id not in found:
+            left_out.append(
+                f"image {row['name']}: {image_id} does not exist in {region}; left out, so "
+                f"orders of it there are refused. Set its id in the admin (Images, image id "
+                f"overrides) or in PORTAL_IMAGE_FILE."
+            )
+            ids = {k: v for k, v in row["provider_image_ids"].items() if k != region}
+            row = {**row, "provider_image_ids": ids}
+        usable.append(row)
+    images = Counter(state for _, state in (image_upsert(row=row) for row in usable))
+    return CatalogSync(report=report, images=images, left_out=left_out)
 
 
 # What each row of an images file must give (``jupyterlab_version`` is optional).

@@ -47,7 +47,9 @@ def price_file(tmp_path, prices: dict[str, str]):
     return str(path)
 
 
-def test_ec2_sync_reads_gpu_info_from_describe_instance_types(db, aws, settings, tmp_path):
+def test_ec2_sync_reads_gpu_info_from_describe_instance_types(
+    empty_catalog, aws, settings, tmp_path
+):
     settings.AWS_EC2_INSTANCE_TYPES = ["g5.xlarge", "p4d.24xlarge", "p5.48xlarge", "g6.xlarge"]
     prices = price_file(
         tmp_path,
@@ -72,7 +74,9 @@ def test_ec2_sync_reads_gpu_info_from_describe_instance_types(db, aws, settings,
     assert InstanceType.objects.get(provider="ec2", name="g5.xlarge").gpu_model == "A10G"
 
 
-def test_ec2_sync_skips_unknown_types_and_types_without_a_price(db, aws, settings, tmp_path):
+def test_ec2_sync_skips_unknown_types_and_types_without_a_price(
+    empty_catalog, aws, settings, tmp_path
+):
     settings.AWS_EC2_INSTANCE_TYPES = ["g5.xlarge", "zz9.plural", "g6.xlarge"]
     out, err = sync("--provider", "ec2", "--prices", price_file(tmp_path, {"g5.xlarge": "1.006"}))
     assert "1 created" in out
@@ -80,7 +84,7 @@ def test_ec2_sync_skips_unknown_types_and_types_without_a_price(db, aws, setting
     assert not InstanceType.objects.filter(name="zz9.plural").exists()
 
 
-def test_a_new_price_file_updates_prices_and_nothing_else(db, aws, settings, tmp_path):
+def test_a_new_price_file_updates_prices_and_nothing_else(empty_catalog, aws, settings, tmp_path):
     settings.AWS_EC2_INSTANCE_TYPES = ["g5.xlarge"]
     sync("--provider", "ec2", "--prices", price_file(tmp_path, {"g5.xlarge": "1.006"}))
     out, _ = sync("--provider", "ec2", "--prices", price_file(tmp_path, {"g5.xlarge": "0.95"}))
@@ -100,12 +104,12 @@ def test_types_the_cloud_no_longer_lists_are_deactivated_not_deleted(db, catalog
     assert InstanceType.objects.filter(name="p5.48xlarge", is_active=False).exists()
 
 
-def test_a_negative_price_in_the_file_is_refused(db, tmp_path):
+def test_a_negative_price_in_the_file_is_refused(empty_catalog, tmp_path):
     with pytest.raises(CommandError, match="negative"):
         sync("--prices", price_file(tmp_path, {"g5.xlarge": "-1"}))
 
 
-def test_an_unknown_provider_is_refused_with_the_choices(db):
+def test_an_unknown_provider_is_refused_with_the_choices(empty_catalog):
     with pytest.raises(CommandError, match="PORTAL_PROVIDER accepts ec2, simulated"):
         sync("--provider", "azure")
 
@@ -127,7 +131,9 @@ def images_file(tmp_path, ids: dict[str, str], name: str = "tf-2.20-cuda12.5") -
     return str(path)
 
 
-def test_ec2_sync_leaves_out_image_ids_the_region_does_not_have(db, aws, settings, tmp_path):
+def test_ec2_sync_leaves_out_image_ids_the_region_does_not_have(
+    empty_catalog, aws, settings, tmp_path
+):
     """The shipped images file names ids only the simulated cloud has: on EC2 they are named
     and left out, so an order is refused with a sentence instead of failing at launch."""
     settings.AWS_EC2_INSTANCE_TYPES = ["g5.xlarge"]
@@ -139,7 +145,7 @@ def test_ec2_sync_leaves_out_image_ids_the_region_does_not_have(db, aws, setting
     assert image.provider_image_ids["us-west-2"] == "ami-0a1b3d5f7a9c1e220"  # not checked here
 
 
-def test_ec2_sync_keeps_an_image_id_the_region_has(db, aws, settings, tmp_path):
+def test_ec2_sync_keeps_an_image_id_the_region_has(empty_catalog, aws, settings, tmp_path):
     import boto3
 
     real = boto3.client("ec2", region_name="us-east-1").register_image(
@@ -152,7 +158,7 @@ def test_ec2_sync_keeps_an_image_id_the_region_has(db, aws, settings, tmp_path):
     assert Image.objects.get(name="tf-2.20-cuda12.5").image_id_for("us-east-1") == real
 
 
-def test_the_images_file_is_a_setting_and_an_option(db, settings, tmp_path):
+def test_the_images_file_is_a_setting_and_an_option(empty_catalog, settings, tmp_path):
     settings.PORTAL_IMAGE_FILE = images_file(tmp_path, {"us-east-1": "ami-0ours"}, name="tf-ours")
     sync()
     assert set(Image.objects.values_list("name", flat=True)) == {"tf-ours"}
@@ -163,7 +169,7 @@ def test_the_images_file_is_a_setting_and_an_option(db, settings, tmp_path):
     assert Image.objects.get(name="tf-other").image_id_for("us-east-1") == shipped
 
 
-def test_sync_never_overwrites_an_image_id_an_admin_set(db, settings):
+def test_sync_never_overwrites_an_image_id_an_admin_set(empty_catalog, settings):
     sync()
     image = Image.objects.get(name="tf-2.20-cuda12.5")
     image.image_id_overrides = {"us-east-1": "ami-0adminfix"}
@@ -176,7 +182,7 @@ def test_sync_never_overwrites_an_image_id_an_admin_set(db, settings):
     assert "0 created, 0 updated" in out.split("Images:")[1]
 
 
-def test_an_admins_image_ids_must_be_one_id_per_region(db):
+def test_an_admins_image_ids_must_be_one_id_per_region(empty_catalog):
     sync()
     image = Image.objects.get(name="tf-2.20-cuda12.5")
     for bad in (["ami-0x"], {"us-east-1": ""}, {"us-east-1": 7}):

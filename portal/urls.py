@@ -21,6 +21,7 @@ from instances.api import (
     QuotaViewSet,
 )
 from instances.api.jobs import host_job_urls
+from instances.api.notebooks import host_notebook_urls
 from instances.api.telemetry import InstanceMetricsView
 from portal.api import TokenViewSet, WebhookViewSet
 from portal.lib.sso import CallbackView, SignInView
@@ -107,6 +108,7 @@ urlpatterns = [
         name="instance-metrics",
     ),
     *host_job_urls(),
+    *host_notebook_urls(),
     path("api/v1/", include(router.urls)),
     path("api/v1/schema/", ApiSchemaView.as_view(), name="api-schema"),
     path("api/v1/docs/", ApiDocsView.as_view(url_name="api-schema"), name="api-docs"),

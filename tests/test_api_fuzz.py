@@ -303,12 +303,13 @@ def give_real_references(case, world: World, who: str) -> None:
             if isinstance(reading, dict):
                 reading["at"] = (timezone.now() - timedelta(minutes=index)).isoformat()
                 _real_gpus(reading, host.instance_type)
-    elif "/job/" in path and path.startswith("/api/v1/instances/"):
+    elif ("/job/" in path or "/agent/" in path) and path.startswith("/api/v1/instances/"):
         from instances.models import Instance
         from instances.services.telemetry import agent_secret
 
-        # The agent's side of a job: its host's own credential (the host runs no job, so it
-        # hears 204 and 409s; tests/instances/test_jobs.py drives a real run).
+        # The agent's side of a job or a notebook: its host's own credential (the host runs no
+        # job and has no notebook open, so it hears 204 and 409s; tests/instances/test_jobs.py
+        # drives a real run, test_notebook_agent.py a real notebook).
         host = Instance.objects.get(pk=world.path_values["/api/v1/instances/"][0])
         case.headers = {**(case.headers or {}), "Authorization": f"Agent {agent_secret(host)}"}
     elif path.endswith("/idle-policy/") and method == "PUT" and body is not None:

@@ -182,6 +182,7 @@ EXPECTED: dict[tuple[str, str], tuple[int, ...]] = {
     ("host-job-log", "POST"): (401, 401, 401, 401, 401, 401),
     ("host-job-exit", "POST"): (401, 401, 401, 401, 401, 401),
     ("host-job-scalars", "POST"): (401, 401, 401, 401, 401, 401),
+    ("host-notebook-agent", "GET"): (401, 401, 401, 401, 401, 401),
     ("project-idle-policy", "GET"): (200, 200, 404, 200, 200, 401),
     ("project-idle-policy", "PUT"): (403, 403, 404, 200, 403, 401),
     ("project-approval-policy", "GET"): (200, 200, 404, 200, 200, 401),
@@ -501,6 +502,7 @@ def _request(world, name: str, method: str) -> tuple[str, dict]:
                 "host-job-log",
                 "host-job-exit",
                 "host-job-scalars",
+                "host-notebook-agent",
             )
         },
         "job-tensorboard-data": {"pk": world["job"].pk, "rest": "data/runs"},

@@ -1,14 +1,20 @@
 """``/api/v1/instances/{id}/notebook/``, an action of InstanceViewSet: the host's JupyterLab
 (GET: where it stands; POST: open it, 202 while it starts; DELETE: stop it), for whoever may
-act on the host. The notebook itself is reached in a browser at ``url``, through the portal."""
+act on the host. The notebook itself is reached in a browser at ``url``, through the portal.
+
+``/api/v1/instances/{id}/agent/notebook/``: what an EC2 host's notebook agent
+(instances/agent/portal_notebook_agent.py) is to serve, for that host's own credential."""
 
 from __future__ import annotations
 
+from django.conf import settings
+from django.urls import path
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from instances.api.jobs.runs import AgentView
 from instances.models import Notebook
 from instances.services import live_notebook, notebook_base_url, notebook_close, notebook_open
 from portal import permissions
@@ -68,3 +74,39 @@ class NotebookActions:
         answer = NotebookSerializer(_answer(instance, notebook, request)).data
         code = status.HTTP_200_OK if notebook.status == "running" else status.HTTP_202_ACCEPTED
         return Response(answer, status=code)
+
+
+class NotebookAssignmentSerializer(serializers.Serializer):
+    token = serializers.CharField(help_text="The server's token: only the portal's proxy uses it")
+    base_url = serializers.CharField(help_text="The path it serves under, the portal's own")
+    port = serializers.IntegerField(help_text="The port to serve on (PORTAL_NOTEBOOK_PORT)")
+
+
+class HostNotebookView(AgentView):
+    @extend_schema(
+        responses={200: NotebookAssignmentSerializer, 204: None}, auth=[{"agentToken": []}]
+    )
+    def get(self, request, pk):
+        """The JupyterLab this host is to serve while someone has it open (204: none; the
+        agent stops the one it serves)."""
+        instance = self.host(request, pk)
+        notebook = live_notebook(instance)
+        if notebook is None:
+            return Response(status=status.HTTP_204_NO_CONTENT)
+        answer = {
+            "token": notebook.token,
+            "base_url": notebook_base_url(instance),
+            "port": settings.PORTAL_NOTEBOOK_PORT,
+        }
+        return Response(NotebookAssignmentSerializer(answer).data)
+
+
+def host_notebook_urls():
+    """The notebook agent's route (portal/urls.py includes it)."""
+    return [
+        path(
+            "api/v1/instances/<uuid:pk>/agent/notebook/",
+            HostNotebookView.as_view(),
+            name="host-notebook-agent",
+        )
+    ]

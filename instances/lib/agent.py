@@ -11,6 +11,7 @@ instances/agent/portal_agent.py, read from the package here.
 
 from __future__ import annotations
 
+import ast
 import base64
 import gzip
 import json
@@ -35,6 +36,23 @@ class Packed(str):
 def packed(text: str) -> Packed:
     data = gzip.compress(text.encode(), compresslevel=9, mtime=0)
     return Packed(base64.b64encode(data).decode())
+
+
+def stripped(program: str) -> str:
+    """A program as hosts get it: without its comments and docstrings (the repository keeps
+    them), so that the agent, its modules and the notebook agent fit in EC2's 16 KB."""
+    tree = ast.parse(program)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (
+            isinstance(node, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
+            node.body = body[1:] or [ast.Pass()]
+    return "#!/usr/bin/env python3\n" + ast.unparse(tree) + "\n"
 
 
 SERVICE = """[Unit]
@@ -71,6 +89,25 @@ TimeoutStopSec=900
 WantedBy=multi-user.target
 """
 
+# The notebook agent (instances/agent/portal_notebook_agent.py), on EC2 hosts when the portal
+# offers notebooks there: KillMode=process, so that a restarted agent finds the JupyterLab (and
+# the kernels) it left running instead of the researcher losing them.
+NOTEBOOK_SERVICE = """[Unit]
+Description=GPU Portal notebook agent (JupyterLab through the portal)
+Wants=network-online.target
+After=network-online.target
+[Service]
+EnvironmentFile=/etc/portal-agent.env
+Environment=PORTAL_AGENT_NOTEBOOK_USER={user}
+ExecStart=/usr/bin/python3 /usr/local/bin/portal-notebook-agent
+Restart=always
+RestartSec=5
+RestartPreventExitStatus=0
+KillMode=process
+[Install]
+WantedBy=multi-user.target
+"""
+
 TIMER = """[Unit]
 Description=GPU Portal telemetry agent, every minute
 [Timer]
@@ -83,10 +120,16 @@ WantedBy=timers.target
 
 
 def agent_cloud_config(
-    *, portal_url: str, instance_id: str, token: str, extra_files: str = ""
+    *,
+    portal_url: str,
+    instance_id: str,
+    token: str,
+    extra_files: str = "",
+    notebook_user: str = "",
 ) -> str:
     """The cloud-config keys that install and start the agent (appended to the host's
-    user data), with ``extra_files`` (more write_files items, already YAML) in the same list.
+    user data), with ``extra_files`` (more write_files items, already YAML) in the same list,
+    and the notebook agent serving JupyterLab as ``notebook_user`` when one is given.
     JSON strings are YAML strings, so every value is quoted safely."""
     env = (
         f"PORTAL_AGENT_URL={portal_url}\nPORTAL_INSTANCE_ID={instance_id}\n"
@@ -94,14 +137,27 @@ def agent_cloud_config(
     )
     files = [
         ("/etc/portal-agent.env", "0600", env),
-        ("/usr/local/bin/portal-gpu-agent", "0755", packed(agent_program())),
+        ("/usr/local/bin/portal-gpu-agent", "0755", packed(stripped(agent_program()))),
         # Beside it: the script's folder is the first place its imports are looked for.
-        ("/usr/local/bin/tfevents.py", "0644", packed(agent_program("tfevents.py"))),
-        ("/usr/local/bin/workdir.py", "0644", packed(agent_program("workdir.py"))),
+        ("/usr/local/bin/tfevents.py", "0644", packed(stripped(agent_program("tfevents.py")))),
+        ("/usr/local/bin/workdir.py", "0644", packed(stripped(agent_program("workdir.py")))),
         ("/etc/systemd/system/portal-gpu-agent.service", "0644", SERVICE),
         ("/etc/systemd/system/portal-gpu-agent.timer", "0644", TIMER),
         ("/etc/systemd/system/portal-job-agent.service", "0644", JOBS_SERVICE),
     ]
+    if notebook_user:
+        files += [
+            (
+                "/usr/local/bin/portal-notebook-agent",
+                "0755",
+                packed(stripped(agent_program("portal_notebook_agent.py"))),
+            ),
+            (
+                "/etc/systemd/system/portal-notebook-agent.service",
+                "0644",
+                NOTEBOOK_SERVICE.format(user=notebook_user),
+            ),
+        ]
     lines = ["write_files:"]
     for path, mode, content in files:
         lines += [f"  - path: {path}", f"    permissions: '{mode}'"]
@@ -116,4 +172,6 @@ def agent_cloud_config(
         "  - [systemctl, enable, --now, portal-gpu-agent.timer]",
         "  - [systemctl, enable, --now, portal-job-agent.service]",
     ]
+    if notebook_user:
+        lines.append("  - [systemctl, enable, --now, portal-notebook-agent.service]")
     return "\n".join(lines) + "\n"

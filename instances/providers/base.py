@@ -155,6 +155,9 @@ class LaunchRequest:
     # hosts always run their agent, from cloud-init).
     runs_job: bool = False
     isolation: Isolation = field(default_factory=Isolation)
+    # The login that serves the host's JupyterLab through the portal, where it can (EC2 hosts
+    # then run the notebook agent; instances/services/notebooks.py notebook_login).
+    notebook_user: str = ""
 
 
 @dataclass(frozen=True)

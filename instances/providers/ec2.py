@@ -202,6 +202,7 @@ class EC2Provider(Provider):
                 instance_id=request.instance_uuid,
                 token=request.agent_token,
                 extra_files=environment,
+                notebook_user=request.notebook_user,
             )
         elif environment:
             user_data += "write_files:\n" + environment
@@ -387,3 +388,25 @@ class EC2Provider(Provider):
         except BotoCoreError as error:
             raise translate(error) from error
         return self.describe([cloud_id]).get(cloud_id)
+
+    @classmethod
+    def offers_notebooks(cls) -> bool:
+        """When the deployer says the portal reaches its hosts (PORTAL_EC2_NOTEBOOKS): then each
+        host of an image with JupyterLab runs the notebook agent (instances/lib/agent.py)."""
+        return settings.PORTAL_EC2_NOTEBOOKS
+
+    def notebook_start(self, cloud_id: str, *, instance_id: str, base_url: str, token: str) -> str:
+        """The host's agent starts JupyterLab itself: it asks the portal what to serve every few
+        seconds and finds this notebook open (the worker then waits until it answers). The
+        address is the host's private one: the portal runs in the hosts' VPC."""
+        if not self.offers_notebooks():
+            raise ProviderPermanentError("EC2 hosts serve no notebooks: PORTAL_EC2_NOTEBOOKS=0.")
+        host = self._one(cloud_id)
+        if not host.private_ip:
+            raise ProviderPermanentError(f"{cloud_id} has no private address to reach.")
+        return f"{host.private_ip}:{settings.PORTAL_NOTEBOOK_PORT}"
+
+    def notebook_end(self, cloud_id: str, *, instance_id: str) -> None:
+        """Nothing to ask the cloud: with the notebook ended, the host's agent finds none open
+        at its next question and stops the server, kernels and all."""
+        return None

@@ -23,6 +23,7 @@ from instances.providers.base import (
     Provider,
 )
 from instances.selectors.hosts import instance_load
+from instances.services.notebooks import notebook_login
 from instances.services.spot_recovery import instance_interrupted
 from instances.services.telemetry import agent_credential_issue, agent_secret
 from instances.services.transitions import instance_note, instance_transition, instance_walk
@@ -105,6 +106,7 @@ def launch_request(instance: Instance) -> LaunchRequest:
         avoid_zone=avoid_zone,
         runs_job=Job.objects.filter(order_id=instance.order_id).exists(),
         isolation=launch_isolation(instance.project),
+        notebook_user=notebook_login(instance.image),
     )
 
 

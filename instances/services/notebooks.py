@@ -46,6 +46,15 @@ def live_notebook(instance: Instance) -> Notebook | None:
     return notebook
 
 
+def notebook_login(image: Image) -> str:
+    """The login a host of this image serves its JupyterLab as, or "" when its hosts serve
+    none through the portal (the cloud offers none, or the image has no JupyterLab): what a
+    launch asks the cloud to install. notebook_refusal() says why to a person."""
+    if provider_class().offers_notebooks() and image.jupyterlab_version:
+        return image.ssh_user
+    return ""
+
+
 def notebook_refusal(instance: Instance) -> tuple[str, str] | None:
     """Why this host cannot open a notebook through the portal, as (code, sentence), or None
     when it can: the cloud must offer notebooks, the host's image ship JupyterLab, and the

@@ -421,6 +421,19 @@ PORTAL_NOTEBOOK_START_SECONDS = env_int(
     60,
     help="How long a worker waits for a host's JupyterLab to answer before the notebook fails.",
 )
+PORTAL_EC2_NOTEBOOKS = env_bool(
+    "PORTAL_EC2_NOTEBOOKS",
+    False,
+    help="Offer JupyterLab through the portal on EC2 hosts: each host's agent serves it on "
+    "PORTAL_NOTEBOOK_PORT and the portal reaches it at the host's private address, so the portal "
+    "must run in the hosts' VPC and their security group must let it in on that port "
+    "(docs/operations.md). Off: the host page gives the ssh -L recipe instead.",
+)
+PORTAL_NOTEBOOK_PORT = env_int(
+    "PORTAL_NOTEBOOK_PORT",
+    8888,
+    help="The port an EC2 host's agent serves JupyterLab on, for the portal's proxy only.",
+)
 PORTAL_NOTEBOOK_MAX_BODY_BYTES = env_int(
     "PORTAL_NOTEBOOK_MAX_BODY_BYTES",
     100 * 1024 * 1024,

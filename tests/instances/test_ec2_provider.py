@@ -357,3 +357,41 @@ def test_an_agent_and_a_checkpoint_share_one_write_files_list(moto_ec2, launch, 
     assert files["/etc/environment"]["content"] == f'PORTAL_CHECKPOINT_URI="{uri}"\n'
     assert "PORTAL_AGENT_TOKEN=gpa_secret\n" in files["/etc/portal-agent.env"]["content"]
     assert ["systemctl", "enable", "--now", "portal-gpu-agent.timer"] in config["runcmd"]
+
+
+def test_ec2_offers_notebooks_only_when_the_deployer_says_the_portal_reaches_its_hosts(
+    ec2, launch, settings
+):
+    assert EC2Provider.offers_notebooks() is False
+    instance = launch(agent_token="gpa_secret")
+    with pytest.raises(ProviderPermanentError, match="PORTAL_EC2_NOTEBOOKS=0"):
+        ec2.notebook_start(instance["InstanceId"], instance_id="x", base_url="/n/", token="t")
+    settings.PORTAL_EC2_NOTEBOOKS = True
+    settings.PORTAL_NOTEBOOK_PORT = 8890
+    assert EC2Provider.offers_notebooks() is True
+    address = ec2.notebook_start(instance["InstanceId"], instance_id="x", base_url="/n/", token="t")
+    assert address == f"{instance['PrivateIpAddress']}:8890"
+
+
+def test_cloud_init_runs_the_notebook_agent_as_the_images_login_when_asked(
+    moto_ec2, launch, settings
+):
+    without = cloud_config(moto_ec2, launch(agent_token="gpa_secret"))
+    assert "/usr/local/bin/portal-notebook-agent" not in {f["path"] for f in without["write_files"]}
+    instance = launch(agent_token="gpa_secret", notebook_user="ubuntu")
+    config = cloud_config(moto_ec2, instance)
+    files = {item["path"]: item for item in config["write_files"]}
+    program = files["/usr/local/bin/portal-notebook-agent"]
+    assert program["permissions"] == "0755" and program["encoding"] == "gz+b64"
+    compile(gzip.decompress(base64.b64decode(program["content"])).decode(), "agent", "exec")
+    unit = files["/etc/systemd/system/portal-notebook-agent.service"]["content"].splitlines()
+    assert "ExecStart=/usr/bin/python3 /usr/local/bin/portal-notebook-agent" in unit
+    assert "Environment=PORTAL_AGENT_NOTEBOOK_USER=ubuntu" in unit
+    assert {"Restart=always", "KillMode=process", "EnvironmentFile=/etc/portal-agent.env"} <= set(
+        unit
+    )
+    assert config["runcmd"][-1] == ["systemctl", "enable", "--now", "portal-notebook-agent.service"]
+    reply = moto_ec2.describe_instance_attribute(
+        InstanceId=instance["InstanceId"], Attribute="userData"
+    )
+    assert len(base64.b64decode(reply["UserData"]["Value"])) <= USER_DATA_MAX_BYTES

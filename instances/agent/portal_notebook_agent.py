@@ -13,6 +13,7 @@ the host could read. While the portal is unreachable it leaves things as they ar
 the host's python3 (3.9 or later) with the standard library only.
 """
 
+import contextlib
 import json
 import os
 import pwd
@@ -64,8 +65,9 @@ def alive(served):
 
 def stop(served, path):
     """Stop the server's whole process group (its kernels too)."""
-    if alive(served):
-        try:
+    # A group that is gone already (ESRCH) between the checks has nothing left to stop.
+    with contextlib.suppress(ProcessLookupError):
+        if alive(served):
             os.killpg(served["pid"], signal.SIGTERM)
             for _ in range(50):
                 time.sleep(0.1)
@@ -73,8 +75,6 @@ def stop(served, path):
                     break
             else:
                 os.killpg(served["pid"], signal.SIGKILL)
-        except OSError:
-            pass
     if os.path.exists(path):
         os.remove(path)
 

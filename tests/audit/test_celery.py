@@ -31,7 +31,15 @@ def worker():
         portal_app.set_default()
 
 
+def _empty_queue() -> None:
+    """Tests before this one in the worker may have left tasks on the in-memory broker (a
+    poll sent with a countdown): the message read must be this test's own."""
+    with celery_app.app.connection() as connection:
+        connection.SimpleQueue("celery").clear()
+
+
 def test_a_published_task_carries_the_request_id_in_its_headers(db):
+    _empty_queue()
     token = current_request_id.set("req-publish-0001")
     try:
         celery_app.record_change.delay("project:vision-lab")
@@ -44,6 +52,7 @@ def test_a_published_task_carries_the_request_id_in_its_headers(db):
 
 
 def test_a_task_published_outside_a_request_carries_no_id(db):
+    _empty_queue()
     celery_app.record_change.delay("project:vision-lab")
     with celery_app.app.connection() as connection:
         message = connection.SimpleQueue("celery").get(timeout=5)

@@ -22,7 +22,14 @@ from django import forms
 from django.conf import settings
 from django.template.loader import render_to_string
 
-from instances.models import Image, InstanceType, InterruptionPolicy, JobMarket, Market
+from instances.models import (
+    Image,
+    InstanceType,
+    InterruptionPolicy,
+    JobMarket,
+    Market,
+    Placement,
+)
 from portal import permissions
 
 
@@ -146,6 +153,13 @@ class OrderForm(forms.Form):
             "required": "Choose on-demand or spot.",
             "invalid_choice": "Choose on-demand or spot.",
         },
+    )
+    placement = forms.ChoiceField(
+        choices=Placement.choices,
+        widget=forms.RadioSelect,
+        required=False,
+        initial=Placement.INDEPENDENT,
+        error_messages={"invalid_choice": "Choose separate hosts or one cluster."},
     )
     count = forms.IntegerField(
         initial=1,

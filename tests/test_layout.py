@@ -83,6 +83,7 @@ IDIOMS = {
                 "simulated",
                 "webhooks",
                 "notebooks",
+                "clusters",
             }
         ),
         helpers={

@@ -25,6 +25,7 @@ from instances.models import (
     InstanceEvent,
     Market,
 )
+from instances.selectors.clusters import cluster_members, cluster_tf_config
 from instances.selectors.costs import costs_so_far, running_seconds
 from instances.selectors.hosts import instances_named
 from instances.selectors.telemetry import latest_gpu_readings
@@ -66,6 +67,13 @@ class InstanceSerializer(serializers.ModelSerializer):
     ssh_command = serializers.SerializerMethodField()
     running_seconds = serializers.SerializerMethodField()
     cost_so_far = serializers.SerializerMethodField()
+    rank = serializers.IntegerField(
+        read_only=True, allow_null=True, help_text="Its place in its cluster; null off clusters"
+    )
+    tf_config = serializers.SerializerMethodField(
+        help_text="A cluster node's TF_CONFIG (every worker's address, this node's index); null "
+        "off clusters and until every node of the cluster runs"
+    )
 
     class Meta:
         model = Instance
@@ -97,6 +105,8 @@ class InstanceSerializer(serializers.ModelSerializer):
             "running_seconds",
             "cost_so_far",
             "spot_recovery",
+            "rank",
+            "tf_config",
         ]
         read_only_fields = fields
 
@@ -110,6 +120,21 @@ class InstanceSerializer(serializers.ModelSerializer):
 
     def get_running_seconds(self, obj: Instance) -> int:
         return running_seconds(list(obj.events.all()), self.context.get("now") or timezone.now())
+
+    @extend_schema_field(serializers.JSONField(allow_null=True))
+    def get_tf_config(self, obj: Instance) -> dict | None:
+        if obj.rank is None:
+            return None
+        return cluster_tf_config(obj, self._members(obj))
+
+    def _members(self, obj: Instance) -> list[Instance]:
+        # The clusters of a page of hosts are read at once (one query), as their costs are.
+        members = self.context.setdefault("cluster_members", {})
+        if obj.order_id not in members:
+            batch = getattr(self.parent, "instance", None) if self.parent is not None else None
+            hosts = list(batch) if isinstance(batch, list) and obj in batch else [obj]
+            members |= cluster_members(h.order_id for h in hosts if h.rank is not None)
+        return members.get(obj.order_id, [])
 
     @extend_schema(responses=serializers.DecimalField(**MONEY))
     def get_cost_so_far(self, obj: Instance) -> str:

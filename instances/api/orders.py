@@ -12,6 +12,7 @@ from django.utils import timezone
 from drf_spectacular.utils import (
     OpenApiParameter,
     extend_schema,
+    extend_schema_field,
     extend_schema_view,
 )
 from rest_framework import mixins, serializers, status, viewsets
@@ -30,6 +31,7 @@ from instances.models import (
     InterruptionPolicy,
     Market,
     Order,
+    Placement,
 )
 from instances.selectors.costs import costs_so_far
 from portal import permissions
@@ -94,11 +96,49 @@ class OrderCreateSerializer(OrderBounds):
     interruption_policy = serializers.ChoiceField(
         choices=InterruptionPolicy.choices, required=False, allow_blank=True
     )
+    placement = serializers.ChoiceField(
+        choices=Placement.choices,
+        default=Placement.INDEPENDENT,
+        help_text="cluster: nodes hosts launched together, all or none, in one placement group "
+        "and zone, each with its rank and TF_CONFIG",
+    )
+    nodes = serializers.IntegerField(
+        required=False, help_text="A cluster's node count (placement cluster only)"
+    )
+    efa = serializers.BooleanField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="A cluster's nodes get the type's EFA interfaces; default: when the type has "
+        "EFA. true on a type without EFA is refused.",
+    )
 
     def validate_ssh_public_key(self, value: str) -> str:
         # Checked here too so that a bad key is reported with the other field problems.
         validate_public_key(value)
         return value
+
+    def validate(self, attrs: dict) -> dict:
+        # A cluster's size is its nodes (its own bounds: instances/selectors/clusters.py);
+        # separate hosts' is count. The service sees one count either way.
+        nodes = attrs.pop("nodes", None)
+        if attrs.get("placement") == Placement.CLUSTER:
+            if "count" in self.initial_data:
+                raise serializers.ValidationError(
+                    {"count": ["A cluster's size is nodes; leave count out."]}, code="cluster_count"
+                )
+            if nodes is None:
+                most = settings.PORTAL_CLUSTER_MAX_NODES
+                raise serializers.ValidationError(
+                    {"nodes": [f"A cluster needs nodes: 2 to {most}."]}, code="required"
+                )
+            attrs["count"] = nodes
+        elif nodes is not None:
+            raise serializers.ValidationError(
+                {"nodes": ["nodes is a cluster's size: send placement cluster, or count alone."]},
+                code="cluster_only",
+            )
+        return attrs
 
 
 # An estimate multiplies a rate by hosts and hours: more digits than one rate.
@@ -148,6 +188,10 @@ class OrderSerializer(serializers.ModelSerializer):
     quoted_price_per_hour = serializers.DecimalField(**MONEY)
     max_spot_price = serializers.DecimalField(**MONEY, allow_null=True)
     estimate = serializers.SerializerMethodField()
+    nodes = serializers.SerializerMethodField(help_text="A cluster's node count; null otherwise")
+    cost_so_far = serializers.SerializerMethodField(
+        help_text="What the order's hosts (a cluster's nodes) have cost so far, together"
+    )
     instances = InstanceSerializer(many=True, read_only=True)
 
     class Meta:
@@ -166,6 +210,9 @@ class OrderSerializer(serializers.ModelSerializer):
             "image",
             "market",
             "count",
+            "placement",
+            "nodes",
+            "efa",
             "lease_hours",
             "region",
             "ssh_key_fingerprint",
@@ -173,10 +220,24 @@ class OrderSerializer(serializers.ModelSerializer):
             "interruption_policy",
             "quoted_price_per_hour",
             "estimate",
+            "cost_so_far",
             "created_at",
             "instances",
         ]
         read_only_fields = fields
+
+    @extend_schema_field(serializers.DecimalField(**MONEY))
+    def get_cost_so_far(self, obj: Order) -> str:
+        hosts = list(obj.instances.all())
+        costs = self.context.get("costs_so_far", {})
+        if any(host.pk not in costs for host in hosts):
+            now = self.context.setdefault("now", timezone.now())
+            # Kept for the order's hosts below, which are costed from the same figures.
+            costs = self.context["costs_so_far"] = costs | costs_so_far(hosts, now=now)
+        return f"{sum((costs[host.pk] for host in hosts), Decimal(0)):.6f}"
+
+    def get_nodes(self, obj: Order) -> int | None:
+        return obj.count if obj.is_cluster else None
 
     @extend_schema(responses=EstimateSerializer)
     def get_estimate(self, obj: Order) -> dict:

@@ -119,6 +119,19 @@ WantedBy=timers.target
 """
 
 
+CLUSTER_NODES = "/etc/portal-agent.nodes"
+# Run before the agents start: the host's launch index from IMDSv2, then its line of the nodes
+# table appended to the agents' environment file.
+PICK_NODE = (
+    'T=$(curl -sf -X PUT -H "X-aws-ec2-metadata-token-ttl-seconds: 60" '
+    "http://169.254.169.254/latest/api/token) && "
+    'I=$(curl -sf -H "X-aws-ec2-metadata-token: $T" '
+    "http://169.254.169.254/latest/meta-data/ami-launch-index) && "
+    'awk -v i="$I" \'$1 == i {print "PORTAL_INSTANCE_ID=" $2; print "PORTAL_AGENT_TOKEN=" $3}\' '
+    f"{CLUSTER_NODES} >> /etc/portal-agent.env"
+)
+
+
 def agent_cloud_config(
     *,
     portal_url: str,
@@ -126,6 +139,7 @@ def agent_cloud_config(
     token: str,
     extra_files: str = "",
     notebook_user: str = "",
+    nodes: tuple[tuple[str, str], ...] = (),
 ) -> str:
     """The cloud-config keys that install and start the agent (appended to the host's
     user data), with ``extra_files`` (more write_files items, already YAML) in the same list,
@@ -135,6 +149,13 @@ def agent_cloud_config(
         f"PORTAL_AGENT_URL={portal_url}\nPORTAL_INSTANCE_ID={instance_id}\n"
         f"PORTAL_AGENT_TOKEN={token}\n"
     )
+    node_files = []
+    if nodes:
+        # A cluster's hosts share one user data (one RunInstances call): each finds its own
+        # id and credential by its launch index, which is its rank.
+        env = f"PORTAL_AGENT_URL={portal_url}\n"
+        table = "".join(f"{rank} {node} {secret}\n" for rank, (node, secret) in enumerate(nodes))
+        node_files = [(CLUSTER_NODES, "0600", table)]
     files = [
         ("/etc/portal-agent.env", "0600", env),
         ("/usr/local/bin/portal-gpu-agent", "0755", packed(stripped(agent_program()))),
@@ -145,6 +166,7 @@ def agent_cloud_config(
         ("/etc/systemd/system/portal-gpu-agent.timer", "0644", TIMER),
         ("/etc/systemd/system/portal-job-agent.service", "0644", JOBS_SERVICE),
     ]
+    files += node_files
     if notebook_user:
         files += [
             (
@@ -168,6 +190,7 @@ def agent_cloud_config(
         lines.append(extra_files.rstrip("\n"))
     lines += [
         "runcmd:",
+        *([f"  - [sh, -c, {json.dumps(PICK_NODE)}]"] if nodes else []),
         "  - [systemctl, daemon-reload]",
         "  - [systemctl, enable, --now, portal-gpu-agent.timer]",
         "  - [systemctl, enable, --now, portal-job-agent.service]",

@@ -39,6 +39,7 @@ from instances.models.orders import (
     Market,
     Order,
     OrderEvent,
+    Placement,
     ProjectScopedQuerySet,
 )
 from instances.models.pools import Pool, PoolEvent, PoolQuerySet, PoolSample, PoolSchedule
@@ -82,6 +83,7 @@ __all__ = [
     "Notebook",
     "Order",
     "OrderEvent",
+    "Placement",
     "Pool",
     "PoolEvent",
     "PoolQuerySet",

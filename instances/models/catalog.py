@@ -48,6 +48,9 @@ class InstanceType(models.Model):
         default=False, help_text="Network bandwidth is 'up to' this figure"
     )
     efa = models.BooleanField("EFA/RDMA", default=False)
+    # How many EFA interfaces a host of this type takes (describe_instance_types' EfaInfo
+    # MaximumEfaInterfaces, one per network card): a cluster node gets them all.
+    efa_interfaces = models.PositiveSmallIntegerField(default=0)
     regions = models.JSONField(default=list)
     on_demand_price_per_hour = models.DecimalField(
         **MONEY, validators=[MinValueValidator(Decimal(0))]

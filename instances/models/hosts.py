@@ -92,6 +92,9 @@ class Instance(models.Model):
     # The cloud's interruption warning: when it came and when the cloud will take the host.
     spot_warning_at = models.DateTimeField(null=True, blank=True)
     spot_interruption_at = models.DateTimeField(null=True, blank=True)
+    # A cluster node's place in its cluster (TF_CONFIG's task index), 0 to nodes - 1; a
+    # replacement keeps the rank of the node it replaces. None: not a cluster node.
+    rank = models.PositiveSmallIntegerField(null=True, blank=True)
     # The pool that launched this host and keeps its count (None: ordered by hand).
     pool = models.ForeignKey(
         "instances.Pool", null=True, blank=True, on_delete=models.PROTECT, related_name="hosts"

@@ -25,6 +25,15 @@ class InterruptionPolicy(models.TextChoices):
     FALLBACK_ON_DEMAND = "fallback_on_demand", "Fall back to on-demand"
 
 
+class Placement(models.TextChoices):
+    """Where an order's hosts go: each on its own, or together as one cluster (one placement
+    group, one zone, launched all or none, each node with its rank; instances/services/
+    clusters.py)."""
+
+    INDEPENDENT = "independent", "Separate hosts"
+    CLUSTER = "cluster", "One cluster"
+
+
 class ProjectScopedQuerySet(models.QuerySet):
     """Rows that belong to a project: admins and finance read all, researchers their projects'."""
 
@@ -63,6 +72,11 @@ class Order(models.Model):
     image = models.ForeignKey(Image, on_delete=models.PROTECT, related_name="+")
     market = models.CharField(max_length=16, choices=Market.choices)
     count = models.PositiveSmallIntegerField()
+    placement = models.CharField(
+        max_length=16, choices=Placement.choices, default=Placement.INDEPENDENT
+    )
+    # A cluster's nodes launch with the type's EFA interfaces (instances/services/clusters.py).
+    efa = models.BooleanField(default=False)
     lease_hours = models.PositiveIntegerField()
     region = models.CharField(max_length=32)
     ssh_public_key = models.TextField()
@@ -107,6 +121,10 @@ class Order(models.Model):
 
     def __str__(self) -> str:
         return f"{self.count}× {self.instance_type} ({self.market}) for {self.project}"
+
+    @property
+    def is_cluster(self) -> bool:
+        return self.placement == Placement.CLUSTER
 
     @property
     def gpu_count(self) -> int:

@@ -53,6 +53,8 @@ class InstanceTypeSpec:
     efa: bool
     spot: bool
     regions: tuple[str, ...]
+    # EfaInfo's MaximumEfaInterfaces: how many EFA interfaces a host takes (0 without EFA).
+    efa_interfaces: int = 0
 
 
 class GpuValue(NamedTuple):
@@ -111,6 +113,9 @@ TAG_PROJECT = "portal:project"
 TAG_OWNER = "portal:owner"
 # Which portal launched it: reconcile adopts and ends only its own deployment's hosts.
 TAG_DEPLOYMENT = "portal:deployment"
+# The cluster (its order's id) a node belongs to, and the cluster's placement group and
+# security group.
+TAG_CLUSTER = "portal:cluster"
 
 
 def host_name(instance_uuid: str) -> str:
@@ -131,6 +136,8 @@ class Isolation:
     tenancy: str = "default"
     host_id: str = ""
     instance_profile: str = ""
+    # A cluster node's placement group (ClusterLaunch.name); "" for a host on its own.
+    placement_group: str = ""
 
 
 @dataclass(frozen=True)
@@ -161,6 +168,25 @@ class LaunchRequest:
 
 
 @dataclass(frozen=True)
+class ClusterLaunch:
+    """A cluster's nodes, launched together: one zone, one placement group ("cluster"
+    strategy), a security group open between its nodes, all or none. ``nodes`` are the nodes'
+    requests in rank order, and the hosts come back in that order. ``client_token`` makes the
+    cluster's launch repeatable as a whole (EC2 launches all the nodes in one call under it);
+    ``efa_interfaces`` is how many EFA interfaces each node gets (0: none)."""
+
+    cluster_id: str
+    client_token: str
+    nodes: tuple[LaunchRequest, ...]
+    efa_interfaces: int = 0
+
+    @property
+    def name(self) -> str:
+        """The placement group's and security group's name."""
+        return f"portal-cluster-{self.cluster_id}"
+
+
+@dataclass(frozen=True)
 class CloudHost:
     """A host as the cloud reports it."""
 
@@ -179,10 +205,16 @@ class CloudHost:
     spot_interrupted: bool = False
     # The subnet the cloud put it in (of the request's, or the default VPC's).
     subnet_id: str = ""
+    # Its place in the launch that made it (EC2's AmiLaunchIndex): a cluster node's rank.
+    launch_index: int | None = None
 
     @property
     def instance_uuid(self) -> str:
         return self.tags.get(TAG_INSTANCE, "")
+
+    @property
+    def cluster_id(self) -> str:
+        return self.tags.get(TAG_CLUSTER, "")
 
 
 @dataclass(frozen=True)
@@ -231,6 +263,29 @@ class Provider(abc.ABC):
     @abc.abstractmethod
     def launch(self, request: LaunchRequest) -> CloudHost:
         """Launch one host, idempotent by ``request.client_token``."""
+
+    def launch_cluster(self, cluster: ClusterLaunch) -> list[CloudHost]:
+        """Launch a cluster's nodes together, all or none, idempotent by its tokens: the hosts
+        in the order of ``cluster.nodes`` (rank order)."""
+        raise ProviderPermanentError(f"The {self.name} cloud does not launch clusters.")
+
+    def cluster_leftovers(self) -> set[str]:
+        """The clusters (ids) that still hold resources of their own in the cloud (EC2: a
+        placement group, a security group). A cloud whose clusters hold none has none."""
+        return set()
+
+    def release_cluster(self, cluster_id: str) -> bool:
+        """Delete what a cluster with no live node still holds in the cloud; True once nothing
+        is left, False when the cloud is not ready to let it go yet. Repeatable."""
+        return True  # a cloud whose clusters hold nothing of their own has nothing to delete
+
+    @classmethod
+    def cluster_endpoint(cls, *, private_ip: str, instance_id: str) -> str:
+        """Where a cluster node's TensorFlow worker listens (host:port), as the other nodes
+        reach it and TF_CONFIG names it."""
+        from django.conf import settings
+
+        return f"{private_ip}:{settings.PORTAL_CLUSTER_PORT}"
 
     @abc.abstractmethod
     def describe(self, cloud_ids: Iterable[str]) -> dict[str, CloudHost]:

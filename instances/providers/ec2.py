@@ -18,6 +18,7 @@ from django.utils import timezone
 from instances.lib.agent import agent_cloud_config
 from instances.providers.base import (
     NO_CAPACITY,
+    TAG_CLUSTER,
     TAG_DEPLOYMENT,
     TAG_INSTANCE,
     CloudHost,
@@ -31,19 +32,11 @@ from instances.providers.base import (
     host_name,
     launch_tags,
 )
+from instances.providers.ec2_clusters import EC2Clusters
+from instances.providers.ec2_errors import translate
 
 log = logging.getLogger(__name__)
 
-# Error codes worth retrying; everything else is the caller's or the account's problem.
-TRANSIENT_CODES = {
-    "RequestLimitExceeded",
-    "Throttling",
-    "ThrottlingException",
-    NO_CAPACITY,
-    "InternalError",
-    "ServiceUnavailable",
-    "Unavailable",
-}
 _REASON_TIME = re.compile(r"\((\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}) GMT\)")
 SPOT_INTERRUPTION_CODES = {
     "Server.SpotInstanceTermination",
@@ -52,19 +45,7 @@ SPOT_INTERRUPTION_CODES = {
 _NETWORK = re.compile(r"(?P<burst>up to )?(?P<gbps>[\d.]+) gigabit", re.IGNORECASE)
 
 
-def translate(error: Exception) -> Exception:
-    """Map a botocore error to the provider's transient/permanent errors."""
-    if isinstance(error, ClientError):
-        code = error.response.get("Error", {}).get("Code", "")
-        message = error.response.get("Error", {}).get("Message", str(error))
-        kind = ProviderTransientError if code in TRANSIENT_CODES else ProviderPermanentError
-        return kind(f"{code}: {message}", code=code)
-    if isinstance(error, BotoCoreError):
-        return ProviderTransientError(str(error), code=type(error).__name__)
-    return error
-
-
-class EC2Provider(Provider):
+class EC2Provider(EC2Clusters, Provider):
     name = "ec2"
 
     def __init__(self) -> None:
@@ -77,6 +58,7 @@ class EC2Provider(Provider):
             config=Config(retries={"mode": "adaptive", "max_attempts": 8}),
         )
         self._zones: dict[str, str] = {}  # subnet -> its availability zone
+        self._vpcs: dict[str, str] = {}  # subnet -> its VPC
 
     def _describe_types(self, names: list[str]) -> list[dict]:
         try:
@@ -118,6 +100,9 @@ class EC2Provider(Provider):
                     efa=bool(item.get("NetworkInfo", {}).get("EfaSupported")),
                     spot="spot" in item.get("SupportedUsageClasses", []),
                     regions=(self.region,),
+                    efa_interfaces=item.get("NetworkInfo", {})
+                    .get("EfaInfo", {})
+                    .get("MaximumEfaInterfaces", 0),
                 )
             )
         return specs
@@ -180,8 +165,24 @@ class EC2Provider(Provider):
             raise translate(error) from error
 
     def launch(self, request: LaunchRequest) -> CloudHost:
-        tags = [{"Key": k, "Value": v} for k, v in sorted(launch_tags(request).items())]
-        tags.append({"Key": "Name", "Value": host_name(request.instance_uuid)})
+        params = self._launch_params(
+            request,
+            user_data=self._user_data(request),
+            tags=launch_tags(request),
+            name=host_name(request.instance_uuid),
+            token=request.client_token,
+        )
+        items = self._run(
+            params,
+            request,
+            place=lambda subnet: {"SubnetId": subnet},
+            earlier=lambda error: [self._launched_earlier(request, error)],
+        )
+        return items[0] if isinstance(items[0], CloudHost) else self._host(items[0])
+
+    def _user_data(self, request: LaunchRequest, *, nodes: tuple[tuple[str, str], ...] = ()) -> str:
+        """The host's cloud-config: the researcher's key, the agents (every node's credential,
+        for a cluster's hosts, which share one user data) and the environment."""
         # cloud-init installs the researcher's key: no EC2 key pair per user to manage.
         # JSON strings are YAML strings: a key comment such as "alice: x #y" stays one string.
         key = json.dumps(request.ssh_public_key)
@@ -203,9 +204,24 @@ class EC2Provider(Provider):
                 token=request.agent_token,
                 extra_files=environment,
                 notebook_user=request.notebook_user,
+                nodes=nodes,
             )
         elif environment:
             user_data += "write_files:\n" + environment
+        return user_data
+
+    def _launch_params(
+        self,
+        request: LaunchRequest,
+        *,
+        user_data: str,
+        tags: dict[str, str],
+        name: str,
+        token: str,
+    ) -> dict:
+        """RunInstances' parameters for one host of ``request`` (a cluster asks for more)."""
+        tag_list = [{"Key": k, "Value": v} for k, v in sorted(tags.items())]
+        tag_list.append({"Key": "Name", "Value": name})
         ebs = {
             "VolumeSize": settings.PORTAL_EC2_ROOT_VOLUME_GB,
             "VolumeType": "gp3",
@@ -216,7 +232,7 @@ class EC2Provider(Provider):
         if isolation.kms_key_id:
             ebs["KmsKeyId"] = isolation.kms_key_id
         params = {
-            "ClientToken": request.client_token,
+            "ClientToken": token,
             "ImageId": request.image_id,
             "InstanceType": request.instance_type,
             "MinCount": 1,
@@ -230,8 +246,8 @@ class EC2Provider(Provider):
                 {"DeviceName": self._root_device(request.image_id), "Ebs": ebs}
             ],
             "TagSpecifications": [
-                {"ResourceType": "instance", "Tags": tags},
-                {"ResourceType": "volume", "Tags": tags},
+                {"ResourceType": "instance", "Tags": tag_list},
+                {"ResourceType": "volume", "Tags": tag_list},
             ],
         }
         if isolation.security_group_ids:
@@ -248,14 +264,19 @@ class EC2Provider(Provider):
             if request.max_spot_price is not None:
                 spot["MaxPrice"] = str(request.max_spot_price)
             params["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": spot}
-        subnets = self._subnets_to_try(isolation.subnet_ids, request.avoid_zone)
+        return params
+
+    def _run(self, params: dict, request: LaunchRequest, *, place, earlier) -> list:
+        """RunInstances in the request's subnets in turn (``place``: a subnet's parameters),
+        the zone to avoid last, until one has capacity: the reservation's instances. A token
+        that took effect in an earlier subnet (its reply lost) answers ``earlier(error)``."""
+        subnets = self._subnets_to_try(request.isolation.subnet_ids, request.avoid_zone)
         if not subnets:
-            reply = self._call("run_instances", **params)
-            return self._host(reply["Instances"][0])
+            return self._call("run_instances", **params)["Instances"]
         shortage: ProviderTransientError | None = None
         for subnet in subnets:
             try:
-                reply = self._call("run_instances", **params, SubnetId=subnet)
+                reply = self._call("run_instances", **params, **place(subnet))
             except ProviderTransientError as error:
                 if error.code != NO_CAPACITY:
                     raise
@@ -267,9 +288,9 @@ class EC2Provider(Provider):
                 if error.code != "IdempotentParameterMismatch":
                     raise
                 # An earlier try with this token took effect in another subnet (its reply was
-                # lost): that host is the answer, found by its tag.
-                return self._launched_earlier(request, error)
-            return self._host(reply["Instances"][0])
+                # lost): those hosts are the answer, found by their tags.
+                return earlier(error)
+            return reply["Instances"]
         raise ProviderTransientError(
             f"{NO_CAPACITY}: no capacity for {request.instance_type} in any of the zones "
             f"{', '.join(self._zones[s] for s in subnets)}: {shortage}",
@@ -284,6 +305,7 @@ class EC2Provider(Provider):
             # A subnet's zone never changes: each is asked once per process.
             reply = self._call("describe_subnets", SubnetIds=unknown)
             self._zones |= {row["SubnetId"]: row["AvailabilityZone"] for row in reply["Subnets"]}
+            self._vpcs |= {row["SubnetId"]: row.get("VpcId", "") for row in reply["Subnets"]}
         return sorted(subnets, key=lambda subnet: self._zones.get(subnet) == avoid_zone)
 
     def _launched_earlier(self, request: LaunchRequest, error: Exception) -> CloudHost:
@@ -318,6 +340,7 @@ class EC2Provider(Provider):
             public_ip=item.get("PublicIpAddress"),
             spot_interrupted=code in SPOT_INTERRUPTION_CODES,
             subnet_id=item.get("SubnetId", ""),
+            launch_index=item.get("AmiLaunchIndex"),
         )
 
     def _instances(self, filters: list[dict]) -> list[CloudHost]:
@@ -345,7 +368,10 @@ class EC2Provider(Provider):
         tag_filter = (
             {"Name": f"tag:{TAG_INSTANCE}", "Values": [instance_uuid]}
             if instance_uuid
-            else {"Name": "tag-key", "Values": [TAG_INSTANCE]}
+            # A cluster's hosts carry their node's tag from just after their launch: one
+            # that lost its worker in between is known by its cluster's tag until reconcile
+            # (cluster_node_ids) tells whose it is.
+            else {"Name": "tag-key", "Values": [TAG_INSTANCE, TAG_CLUSTER]}
         )
         deployment = {"Name": f"tag:{TAG_DEPLOYMENT}", "Values": [settings.PORTAL_DEPLOYMENT]}
         return self._instances(

@@ -8,16 +8,18 @@ A profile is a small dict kept on the simulated host (``SimulatedHost.gpu_profil
 busy first, from ``start``; ``idle_minutes`` 0 is always busy, ``busy_minutes`` 0 always idle.
 An empty profile is drawn from the seed and the cloud id, so every host differs and the same
 seed gives the same readings. ``simulated_cloud profile HOST busy|idle|B:I`` sets one.
+SimulatedGpus gives the simulated cloud its readings from them.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from instances.models import SimulatedHost
 from instances.providers.base import GpuSample, GpuValue
 from instances.providers.faults import unit_hash
 
-__all__ = ["GpuSample", "gpu_sample", "is_busy", "profile_of"]
+__all__ = ["GpuSample", "SimulatedGpus", "gpu_sample", "is_busy", "profile_of"]
 
 
 def profile_of(spec: str, *, now: datetime) -> dict:
@@ -95,3 +97,35 @@ def gpu_sample(
             memory = int(total_mib * (0.38 + 0.04 * level))
         gpus.append(GpuValue(index, utilization, memory, total_mib))
     return GpuSample.of(gpus)
+
+
+class SimulatedGpus:
+    """The simulated cloud's GPU readings (mixed into SimulatedProvider): each running host's
+    from its profile, and the console's way to change a profile."""
+
+    seed: int
+
+    def gpu_readings(self, minute: datetime) -> dict[str, GpuSample]:
+        """Every running host's reading for the minute, each GPU's too, from its profile: one
+        query however many hosts (the telemetry pass reads 10,000 at once)."""
+        shapes = {row["name"]: row for row in self._rows()}
+        readings = {}
+        rows = SimulatedHost.objects.filter(state=SimulatedHost.State.RUNNING).values_list(
+            "cloud_id", "instance_type", "gpu_profile", "launched_at"
+        )
+        for cloud_id, instance_type, profile, launched_at in rows:
+            shape = shapes.get(instance_type, {"gpu_count": 1, "gpu_memory_gib": 24})
+            readings[cloud_id] = gpu_sample(
+                seed=self.seed,
+                cloud_id=cloud_id,
+                profile=profile,
+                launched_at=launched_at,
+                minute=minute,
+                gpu_count=shape["gpu_count"],
+                gpu_memory_gib=shape["gpu_memory_gib"],
+            )
+        return readings
+
+    def set_gpu_profile(self, cloud_id: str, profile: dict) -> None:
+        """The console's way to make a host busy or idle (``simulated_cloud profile``)."""
+        SimulatedHost.objects.filter(pk=self._get(cloud_id).pk).update(gpu_profile=profile)

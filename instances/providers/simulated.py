@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, replace
-from datetime import datetime, timedelta
+from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -39,14 +39,15 @@ from instances.providers.base import (
     launch_tags,
 )
 from instances.providers.faults import FAULT_DICE, Faults, unit_hash
-from instances.providers.gpu_profile import GpuSample, gpu_sample
+from instances.providers.gpu_profile import SimulatedGpus
 from instances.providers.simulated_agents import HostNotebooks, host_agents
+from instances.providers.simulated_clusters import SimulatedClusters
 from instances.providers.simulated_market import SPOT_INTERRUPTION_REASON, SpotMarket
 
 log = logging.getLogger(__name__)
 
 
-class SimulatedProvider(HostNotebooks, SpotMarket, Provider):
+class SimulatedProvider(SimulatedClusters, SimulatedGpus, HostNotebooks, SpotMarket, Provider):
     name = "simulated"
     reports_gpu_readings = True
 
@@ -92,6 +93,7 @@ class SimulatedProvider(HostNotebooks, SpotMarket, Provider):
                 efa=row["efa"],
                 spot=row["spot"],
                 regions=tuple(row["regions"]),
+                efa_interfaces=row.get("efa_interfaces", 0),
             )
             for row in self._rows()
             if self.region in row["regions"]
@@ -241,6 +243,26 @@ class SimulatedProvider(HostNotebooks, SpotMarket, Provider):
             existing = SimulatedHost.objects.filter(client_token=request.client_token).first()
             if existing is not None:
                 return self._same_token(existing, digest)
+        self._capacity_for(request, hosts=1)
+        for _ in range(8):
+            key = request.client_token if honour else self._unused_key(request.client_token)
+            try:
+                return self._host(self._create(request, key=key, digest=digest))
+            except IntegrityError:
+                existing = SimulatedHost.objects.filter(client_token=request.client_token).first()
+                if honour and existing is not None:
+                    # Another call with the same token won the race: answer as EC2 does, with
+                    # its host.
+                    return self._same_token(existing, digest)
+                # A concurrent launch took this key (under the same ignored token) or one of
+                # the addresses drawn: the next try draws again.
+        raise ProviderTransientError(
+            "The launch collided with others; try again.", code="InternalError"
+        )
+
+    def _capacity_for(self, request: LaunchRequest, *, hosts: int) -> None:
+        """Refuse, as EC2 does, a launch of ``hosts`` hosts this cloud cannot make now: a type
+        or image it lacks, a spot price above the request's maximum, too little capacity."""
         offer = {row["name"]: row for row in self._rows()}.get(request.instance_type)
         if offer is None or self.region not in offer["regions"]:
             raise ProviderPermanentError(
@@ -268,26 +290,11 @@ class SimulatedProvider(HostNotebooks, SpotMarket, Provider):
             .exclude(state=SimulatedHost.State.TERMINATED)
             .count()
         )
-        if live >= offer["capacity"]:
+        if live + hosts > offer["capacity"]:
             raise ProviderTransientError(
                 f"We currently do not have sufficient {request.instance_type} capacity.",
                 code=NO_CAPACITY,
             )
-        for _ in range(8):
-            key = request.client_token if honour else self._unused_key(request.client_token)
-            try:
-                return self._host(self._create(request, key=key, digest=digest))
-            except IntegrityError:
-                existing = SimulatedHost.objects.filter(client_token=request.client_token).first()
-                if honour and existing is not None:
-                    # Another call with the same token won the race: answer as EC2 does, with
-                    # its host.
-                    return self._same_token(existing, digest)
-                # A concurrent launch took this key (under the same ignored token) or one of
-                # the addresses drawn: the next try draws again.
-        raise ProviderTransientError(
-            "The launch collided with others; try again.", code="InternalError"
-        )
 
     @staticmethod
     def _unused_key(token: str) -> str:
@@ -349,6 +356,8 @@ class SimulatedProvider(HostNotebooks, SpotMarket, Provider):
         first, or the second for a replacement that stays out of zone a)."""
         values = asdict(request.isolation)
         subnets = values.pop("subnet_ids")
+        if not values["placement_group"]:
+            del values["placement_group"]
         avoiding = request.avoid_zone == f"{self.region}a" and len(subnets) > 1
         subnet = subnets[1] if avoiding else (subnets[0] if subnets else "")
         return values | {
@@ -487,31 +496,6 @@ class SimulatedProvider(HostNotebooks, SpotMarket, Provider):
         row = SimulatedHost.objects.get(pk=row.pk)
         self._agent_stops(row)
         return self._host(row)
-
-    def gpu_readings(self, minute: datetime) -> dict[str, GpuSample]:
-        """Every running host's reading for the minute, each GPU's too, from its profile: one
-        query however many hosts (the telemetry pass reads 10,000 at once)."""
-        shapes = {row["name"]: row for row in self._rows()}
-        readings = {}
-        rows = SimulatedHost.objects.filter(state=SimulatedHost.State.RUNNING).values_list(
-            "cloud_id", "instance_type", "gpu_profile", "launched_at"
-        )
-        for cloud_id, instance_type, profile, launched_at in rows:
-            shape = shapes.get(instance_type, {"gpu_count": 1, "gpu_memory_gib": 24})
-            readings[cloud_id] = gpu_sample(
-                seed=self.seed,
-                cloud_id=cloud_id,
-                profile=profile,
-                launched_at=launched_at,
-                minute=minute,
-                gpu_count=shape["gpu_count"],
-                gpu_memory_gib=shape["gpu_memory_gib"],
-            )
-        return readings
-
-    def set_gpu_profile(self, cloud_id: str, profile: dict) -> None:
-        """The console's way to make a host busy or idle (``simulated_cloud profile``)."""
-        SimulatedHost.objects.filter(pk=self._get(cloud_id).pk).update(gpu_profile=profile)
 
     def kill(self, cloud_id: str) -> CloudHost:
         """Terminate a host without telling the portal (someone used the cloud console)."""

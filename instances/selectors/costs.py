@@ -1,5 +1,5 @@
 """instances/selectors/costs.py: running time and cost so far of a host, from its events (the
-cloud's transition times).
+cloud's transition times), and what an order will cost (its estimate).
 
 What a host has cost is billing's rule, not ours: the figure comes from the instance_cost slot
 of audit/registry.py (billing's metering registers there: the same rules and price histories
@@ -10,11 +10,12 @@ billing.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
 from audit.registry import INSTANCE_COST, INSTANCE_COST_NOTES, INSTANCE_RATE
-from instances.models import Instance, InstanceEvent
+from instances.models import Instance, InstanceEvent, InstanceType, Market, Order
 
 
 def running_intervals(
@@ -63,3 +64,50 @@ def cost_notes(instances: Iterable[Instance], *, now: datetime) -> dict:
     """For each host, the billing rule (in a sentence) that makes its cost differ from its
     running seconds at its rate, or "" (billing's rules, the instance_cost_notes slot)."""
     return INSTANCE_COST_NOTES.get()(list(instances), now=now)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What an order will cost: per host-hour rate, and per hour, day and lease for all hosts."""
+
+    price_per_host_hour: Decimal
+    per_hour: Decimal
+    per_day: Decimal
+    per_lease: Decimal
+    basis: str
+
+    @classmethod
+    def at_rate(cls, rate: Decimal, *, count: int, lease_hours: int, basis: str) -> Estimate:
+        per_hour = rate * count
+        return cls(
+            price_per_host_hour=rate,
+            per_hour=per_hour,
+            per_day=per_hour * 24,
+            per_lease=per_hour * lease_hours,
+            basis=basis,
+        )
+
+
+def order_estimate(
+    *, instance_type: InstanceType, market: str, count: int, lease_hours: int
+) -> Estimate:
+    """List price for on-demand; the current spot price for spot (list price while unknown or
+    not credible: InstanceType.spot_price_doubt)."""
+    doubt = instance_type.spot_price_doubt
+    if market == Market.SPOT and instance_type.spot_price_per_hour is not None and not doubt:
+        rate = instance_type.spot_price_per_hour
+        basis = f"spot price seen {instance_type.spot_price_at:%Y-%m-%d %H:%M} UTC"
+    else:
+        rate = instance_type.on_demand_price_per_hour
+        basis = "on-demand list price"
+        if market == Market.SPOT:
+            basis = "on-demand list price (" + (doubt or "no spot price seen yet") + ")"
+    return Estimate.at_rate(rate, count=count, lease_hours=lease_hours, basis=basis)
+
+
+def order_quoted_estimate(order: Order) -> Estimate:
+    """What a placed order costs at the price quoted when it was placed."""
+    basis = "spot price when ordered" if order.market == Market.SPOT else "on-demand list price"
+    return Estimate.at_rate(
+        order.quoted_price_per_hour, count=order.count, lease_hours=order.lease_hours, basis=basis
+    )

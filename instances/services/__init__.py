@@ -26,6 +26,7 @@ Reads live in instances/selectors/; who may do what in portal/permissions.py.
 
 from __future__ import annotations
 
+from instances.selectors.costs import Estimate, order_estimate, order_quoted_estimate
 from instances.services.admission import admission_refusal, order_admit
 from instances.services.approvals import (
     APPROVAL_EXPIRY_MAX_DAYS,
@@ -91,14 +92,11 @@ from instances.services.notebooks import (
     notebook_refusal,
 )
 from instances.services.orders import (
-    Estimate,
     OrderRequest,
     approval_needed,
     approvers_ask,
     instance_create,
-    order_estimate,
     order_instances_create,
-    order_quoted_estimate,
     order_request_of,
     order_submit,
     order_validate,

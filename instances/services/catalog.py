@@ -95,6 +95,7 @@ def instance_type_sync(
             "network_gbps": spec.network_gbps,
             "network_burst": spec.network_burst,
             "efa": spec.efa,
+            "efa_interfaces": spec.efa_interfaces if spec.efa else 0,
             "regions": sorted(spec.regions),
             "on_demand_price_per_hour": price.on_demand,
             "price_source": price.source[:300],

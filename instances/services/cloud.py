@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from datetime import timedelta
 
 from django.conf import settings
 from django.utils import timezone
 
 from instances.lib.checkpoints import host_environment
-from instances.models import Instance, Job
+from instances.models import Instance, Job, Order
 from instances.providers import get_provider
 from instances.providers.base import (
     NO_CAPACITY,
@@ -18,17 +19,27 @@ from instances.providers.base import (
     TAG_PROJECT,
     CloudHost,
     CloudState,
+    ClusterLaunch,
     Isolation,
     LaunchRequest,
     Provider,
 )
 from instances.selectors.hosts import instance_load
+from instances.services.clusters import (
+    LAUNCHABLE,
+    WHOLE_OR_NOT_AT_ALL,
+    cluster_fail,
+    cluster_fail_unlaunched,
+    cluster_first_nodes,
+)
 from instances.services.notebooks import notebook_login
 from instances.services.spot_recovery import instance_interrupted
 from instances.services.telemetry import agent_credential_issue, agent_secret
 from instances.services.transitions import instance_note, instance_transition, instance_walk
 
 log = logging.getLogger(__name__)
+
+PROVISION_ACTOR = "system:provision"
 
 
 # --- the worker side: talk to the cloud, then record what it said ----------------------------
@@ -78,7 +89,7 @@ def host_isolation(isolation: Isolation, host: CloudHost) -> dict:
         "tenancy": isolation.tenancy,
         "host_id": isolation.host_id,
         "instance_profile": isolation.instance_profile,
-    }
+    } | ({"placement_group": isolation.placement_group} if isolation.placement_group else {})
 
 
 def launch_request(instance: Instance) -> LaunchRequest:
@@ -216,6 +227,9 @@ def instance_provision(*, instance_id, provider: Provider | None = None) -> Inst
     """
     actor = "system:provision"
     instance = instance_load(instance_id)
+    if instance.rank is not None and instance.replaces_id is None:
+        # A cluster node launches with all its cluster's nodes.
+        return cluster_provision(instance=instance, provider=provider or get_provider())
     if instance.status == Instance.Status.REQUESTED:
         instance, _ = instance_transition(
             instance=instance, to=Instance.Status.PROVISIONING, reason="launching", actor=actor
@@ -253,7 +267,11 @@ def instance_provision(*, instance_id, provider: Provider | None = None) -> Inst
 
 
 def instance_fail(*, instance_id, reason: str) -> Instance:
+    """A launch failed for good: the host fails (a cluster's node: every node not launched)."""
     instance = instance_load(instance_id)
+    if instance.rank is not None and instance.replaces_id is None:
+        cluster_fail(instance=instance, reason=reason)
+        return instance_load(instance_id)
     if instance.status in (Instance.Status.REQUESTED, Instance.Status.PROVISIONING):
         instance, _ = instance_transition(
             instance=instance, to=Instance.Status.FAILED, reason=reason, actor="system:provision"
@@ -326,3 +344,98 @@ def instance_cloud_action(
         return instance
     host = getattr(provider, action)(instance.cloud_id)
     return instance_apply_cloud(instance=instance, host=host, actor=actor)
+
+
+# --- clusters: every node in one call to the cloud, all or none ------------------------------
+
+
+def cluster_launch(order: Order, nodes: list[Instance]) -> ClusterLaunch:
+    """The cloud's view of the cluster's launch: every node's request, in rank order, each in
+    the cluster's placement group."""
+    requests = []
+    for node in nodes:
+        request = launch_request(node)
+        requests.append(
+            replace(
+                request,
+                isolation=replace(request.isolation, placement_group=cluster_name(order)),
+            )
+        )
+    return ClusterLaunch(
+        cluster_id=str(order.pk),
+        # EC2 tokens are at most 64 ASCII characters; fixed by the order's id.
+        client_token=f"portal-cluster-{order.pk.hex}",
+        nodes=tuple(requests),
+        efa_interfaces=order.instance_type.efa_interfaces if order.efa else 0,
+    )
+
+
+def cluster_name(order: Order) -> str:
+    return f"portal-cluster-{order.pk}"
+
+
+def cluster_provision(*, instance: Instance, provider: Provider) -> Instance:
+    """Launch the cluster ``instance`` is a node of: every node in one call to the cloud, all
+    or none, or find the hosts an earlier call launched (the cloud answers a repeat with the
+    same hosts). Any node's provisioning task may run it, any number of times."""
+    order = instance.order
+    nodes = cluster_first_nodes(order)
+    for node in nodes:
+        if node.status == Instance.Status.REQUESTED:
+            instance_transition(
+                instance=node,
+                to=Instance.Status.PROVISIONING,
+                reason=f"launching with its cluster of {len(nodes)} nodes",
+                actor=PROVISION_ACTOR,
+            )
+    nodes = cluster_first_nodes(order)
+    if all(node.cloud_id for node in nodes) or not any(
+        node.status == Instance.Status.PROVISIONING and not node.cloud_id for node in nodes
+    ):
+        return _apply_known(instance, provider)
+    ended = [node for node in nodes if node.status not in LAUNCHABLE]
+    if ended and not any(node.cloud_id for node in nodes):
+        # A node ended (cancelled, failed) before the cluster launched: none of it launches.
+        cluster_fail_unlaunched(nodes, because=ended[0])
+        return instance_load(instance.pk)
+    for node in nodes:
+        agent_credential_issue(instance=node)
+    launch = cluster_launch(order, nodes)
+    hosts = provider.launch_cluster(launch)
+    for node, request, host in zip(nodes, launch.nodes, hosts, strict=True):
+        Instance.objects.filter(pk=node.pk).update(
+            isolation=host_isolation(request.isolation, host)
+        )
+        instance_record_host(node, host)
+    nodes = cluster_first_nodes(order)
+    gone = [node for node in nodes if node.status not in LAUNCHABLE]
+    for node, host in zip(nodes, hosts, strict=True):
+        if gone and node.status in LAUNCHABLE:
+            # Part of the cluster was ended while it launched: the rest ends with it.
+            node = instance_walk(
+                node,
+                [Instance.Status.TERMINATING],
+                reason=f"{gone[0].name} of its cluster was ended while it launched; "
+                f"{WHOLE_OR_NOT_AT_ALL}",
+                actor=PROVISION_ACTOR,
+                at=timezone.now(),
+            )
+        if gone:
+            provider.terminate(host.cloud_id)
+            instance_note(
+                instance=node,
+                note=f"terminated host {host.cloud_id}: its cluster was ended while it launched",
+                actor=PROVISION_ACTOR,
+            )
+            host = provider.describe([host.cloud_id]).get(host.cloud_id)
+        instance_apply_cloud(instance=node, host=host, actor=PROVISION_ACTOR)
+    return instance_load(instance.pk)
+
+
+def _apply_known(instance: Instance, provider: Provider) -> Instance:
+    """The cluster launched already: bring this node in step with its host."""
+    instance = instance_load(instance.pk)
+    if not instance.cloud_id or not instance.is_live:
+        return instance
+    host = provider.describe([instance.cloud_id]).get(instance.cloud_id)
+    return instance_apply_cloud(instance=instance, host=host, actor=PROVISION_ACTOR)

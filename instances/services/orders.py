@@ -29,7 +29,10 @@ from instances.models import (
     Market,
     Order,
     OrderEvent,
+    Placement,
 )
+from instances.selectors.clusters import cluster_refusals, order_size_bounds
+from instances.selectors.costs import Estimate, order_estimate
 from instances.services.admission import order_admit
 from instances.services.queue import enqueue
 from instances.services.transitions import actor_of, order_decide_topic
@@ -44,53 +47,6 @@ log = logging.getLogger(__name__)
 
 
 # --- orders ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """What an order will cost: per host-hour rate, and per hour, day and lease for all hosts."""
-
-    price_per_host_hour: Decimal
-    per_hour: Decimal
-    per_day: Decimal
-    per_lease: Decimal
-    basis: str
-
-    @classmethod
-    def at_rate(cls, rate: Decimal, *, count: int, lease_hours: int, basis: str) -> Estimate:
-        per_hour = rate * count
-        return cls(
-            price_per_host_hour=rate,
-            per_hour=per_hour,
-            per_day=per_hour * 24,
-            per_lease=per_hour * lease_hours,
-            basis=basis,
-        )
-
-
-def order_estimate(
-    *, instance_type: InstanceType, market: str, count: int, lease_hours: int
-) -> Estimate:
-    """List price for on-demand; the current spot price for spot (list price while unknown or
-    not credible: InstanceType.spot_price_doubt)."""
-    doubt = instance_type.spot_price_doubt
-    if market == Market.SPOT and instance_type.spot_price_per_hour is not None and not doubt:
-        rate = instance_type.spot_price_per_hour
-        basis = f"spot price seen {instance_type.spot_price_at:%Y-%m-%d %H:%M} UTC"
-    else:
-        rate = instance_type.on_demand_price_per_hour
-        basis = "on-demand list price"
-        if market == Market.SPOT:
-            basis = "on-demand list price (" + (doubt or "no spot price seen yet") + ")"
-    return Estimate.at_rate(rate, count=count, lease_hours=lease_hours, basis=basis)
-
-
-def order_quoted_estimate(order: Order) -> Estimate:
-    """What a placed order costs at the price quoted when it was placed."""
-    basis = "spot price when ordered" if order.market == Market.SPOT else "on-demand list price"
-    return Estimate.at_rate(
-        order.quoted_price_per_hour, count=order.count, lease_hours=order.lease_hours, basis=basis
-    )
 
 
 @dataclass(frozen=True)
@@ -110,6 +66,10 @@ class OrderRequest:
     interruption_policy: str
     region: str
     estimate: Estimate
+    # Separate hosts, or one cluster of ``count`` nodes (with the type's EFA interfaces when
+    # ``efa``): instances/services/clusters.py launches it.
+    placement: str = Placement.INDEPENDENT
+    efa: bool = False
     # A lease extension of this (live) host rather than new hosts: ``count`` is 1 and
     # ``lease_hours`` the extra hours, so a budget check prices exactly what is added; checks
     # that count hosts leave it out (the host already holds its place).
@@ -128,6 +88,8 @@ class OrderRequest:
                 "ssh_public_key": self.ssh_public_key,
                 "max_spot_price": str(self.max_spot_price) if self.max_spot_price else None,
                 "interruption_policy": self.interruption_policy,
+                "placement": self.placement,
+                "efa": self.efa,
             },
             sort_keys=True,
         )
@@ -146,6 +108,8 @@ def order_validate(
     lease_hours: int | None = None,
     max_spot_price: Decimal | None = None,
     interruption_policy: str = "",
+    placement: str = Placement.INDEPENDENT,
+    efa: bool | None = None,
     key_required: bool = True,
 ) -> OrderRequest:
     """Check an order field by field; every problem is reported at once, named by its field.
@@ -214,12 +178,18 @@ def order_validate(
             "no spot hosts; order on_demand.",
             "spot_not_on_dedicated_host",
         )
-    if not 1 <= count <= settings.PORTAL_ORDER_MAX_COUNT:
+    least, most = order_size_bounds(placement)
+    if placement not in Placement.values:
+        refuse("placement", "placement accepts independent or cluster.", "invalid_choice")
+    elif placement == Placement.CLUSTER:
+        efa = cluster_refusals(instance_type=instance_type, nodes=count, efa=efa, refuse=refuse)
+    elif not least <= count <= most:
+        refuse("count", f"count must be between {least} and {most}.", "out_of_range", max=most)
+    elif efa:
         refuse(
-            "count",
-            f"count must be between 1 and {settings.PORTAL_ORDER_MAX_COUNT}.",
-            "out_of_range",
-            max=settings.PORTAL_ORDER_MAX_COUNT,
+            "efa",
+            "efa applies to clusters: order with placement cluster and nodes, or leave efa out.",
+            "cluster_only",
         )
     if not 1 <= lease_hours <= settings.PORTAL_LEASE_MAX_HOURS:
         refuse(
@@ -250,6 +220,14 @@ def order_validate(
                 "interruption_policy",
                 "interruption_policy accepts notify, relaunch_spot or fallback_on_demand.",
                 "invalid_choice",
+            )
+        elif placement == Placement.CLUSTER and interruption_policy != InterruptionPolicy.NOTIFY:
+            # A lost node is not relaunched into its cluster yet: only notify does what it says.
+            refuse(
+                "interruption_policy",
+                "A spot cluster takes interruption_policy notify: the portal tells you when the "
+                "cloud takes a node back, and does not relaunch one node of a cluster.",
+                "cluster_notify_only",
             )
         current = instance_type.spot_price_per_hour
         if max_spot_price is not None:
@@ -282,6 +260,8 @@ def order_validate(
         estimate=order_estimate(
             instance_type=instance_type, market=market, count=count, lease_hours=lease_hours
         ),
+        placement=placement,
+        efa=bool(efa) and placement == Placement.CLUSTER,
     )
 
 
@@ -357,6 +337,8 @@ def order_record(
         ssh_key_fingerprint=request.ssh_key_fingerprint,
         max_spot_price=request.max_spot_price,
         interruption_policy=request.interruption_policy,
+        placement=request.placement,
+        efa=request.efa,
         quoted_price_per_hour=request.estimate.price_per_host_hour,
         status=Order.Status.PENDING_APPROVAL if approval else Order.Status.PLACED,
         approval_reason=approval or "",
@@ -422,6 +404,8 @@ def order_request_of(order: Order) -> OrderRequest:
             count=order.count,
             lease_hours=order.lease_hours,
         ),
+        placement=order.placement,
+        efa=order.efa,
     )
 
 
@@ -445,11 +429,18 @@ def order_instances_create(order: Order) -> list[Instance]:
             project_slug=order.project.slug, order_id=order.pk
         )
         Order.objects.filter(pk=order.pk).update(checkpoint_uri=order.checkpoint_uri)
-    created = [
-        instance_create(order, market=order.market, reason=f"ordered by {order.requester.username}")
-        for _ in range(order.count)
+    reason = f"ordered by {order.requester.username}"
+    if order.is_cluster:
+        reason = f"{reason}, as one cluster of {order.count} nodes"
+    return [
+        instance_create(
+            order,
+            market=order.market,
+            reason=reason,
+            rank=rank if order.is_cluster else None,
+        )
+        for rank in range(order.count)
     ]
-    return created
 
 
 def instance_create(
@@ -458,6 +449,7 @@ def instance_create(
     market: str,
     reason: str,
     replaces: Instance | None = None,
+    rank: int | None = None,
 ) -> Instance:
     """One host of an order in `requested`, its first event, and its launch sent on commit."""
     now = timezone.now()
@@ -475,6 +467,7 @@ def instance_create(
         client_token=f"portal-{instance_id.hex}",
         status_changed_at=now,
         replaces=replaces,
+        rank=replaces.rank if replaces is not None else rank,
         # A replacement carries on the lease of the host it replaces: its start and extensions,
         # so that its end is the same and a later extension counts from the same start.
         lease_started_at=replaces.lease_started_at if replaces is not None else None,

@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db.models import Prefetch, Q
 from django.utils import timezone
 
+from instances.lib.ids import is_uuid
 from instances.models import (
     TASK_OF_STATUS,
     Instance,
@@ -31,6 +32,7 @@ from instances.services.cloud import (
     instance_record_host,
     launch_order_key,
 )
+from instances.services.clusters import cluster_node_ids, clusters_partial_end, clusters_release
 from instances.services.queue import enqueue
 from instances.services.transitions import audit_change, instance_note, instance_topic
 from portal.models import User
@@ -47,6 +49,8 @@ class ReconcileReport:
     ghosts: list[str] = field(default_factory=list)
     orphans_terminated: list[str] = field(default_factory=list)
     doubles_terminated: list[str] = field(default_factory=list)
+    # Clusters whose leftover placement and security groups were deleted.
+    clusters_released: list[str] = field(default_factory=list)
     # Hosts to end that the cloud refused for now (throttled): the next pass tries again.
     deferred: list[str] = field(default_factory=list)
 
@@ -145,17 +149,25 @@ def reconcile(*, provider: Provider | None = None, now: datetime | None = None) 
         elif instance.status != before:
             report.updated.append(str(instance.pk))
 
-    # 3. Every tagged host in the cloud, by the instance it is tagged with: adopt the ones the
+    # 3. A cluster that lost a node before it ever ran whole ends: all nodes or none; one with
+    #    no node left gives back the groups it held in the cloud.
+    report.updated += clusters_partial_end(actor=actor)
+    report.clusters_released += clusters_release(provider=provider, actor=actor)
+
+    # 4. Every tagged host in the cloud, by the instance it is tagged with: adopt the ones the
     #    database lost, end doubles at once and orphans after the grace.
     hosts_of: dict[str, list[CloudHost]] = {}
-    for host in provider.find_tagged():
+    tagged = provider.find_tagged()
+    nodes = cluster_node_ids(tagged)
+    for host in tagged:
         # find_tagged filters on the deployment already; a filter the cloud ignored must still
         # not make this portal end another deployment's hosts.
         if host.tags.get(TAG_DEPLOYMENT) == settings.PORTAL_DEPLOYMENT:
-            hosts_of.setdefault(host.instance_uuid, []).append(host)
-    rows = Instance.objects.in_bulk([key for key in hosts_of if _is_uuid(key)], field_name="id")
+            key = host.instance_uuid or nodes.get(host.cloud_id, "")
+            hosts_of.setdefault(key, []).append(host)
+    rows = Instance.objects.in_bulk([key for key in hosts_of if is_uuid(key)], field_name="id")
     for key, hosts in hosts_of.items():
-        row = rows.get(uuid.UUID(key)) if _is_uuid(key) else None
+        row = rows.get(uuid.UUID(key)) if is_uuid(key) else None
         hosts.sort(key=launch_order_key)
         if row is not None and row.is_live:
             _settle_tagged(row, hosts, provider=provider, report=report, actor=actor)
@@ -246,11 +258,3 @@ def _end_host(provider: Provider, cloud_id: str) -> bool:
         # Most likely done; if not, the next pass finds it listed and ends it then.
         return True
     return host is None or host.state in CloudState.GONE
-
-
-def _is_uuid(value: str) -> bool:
-    try:
-        uuid.UUID(value)
-    except (ValueError, TypeError):
-        return False
-    return True

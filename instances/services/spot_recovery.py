@@ -333,6 +333,8 @@ def spot_capacity_refused(*, instance_id, attempts: int, final: bool) -> bool:
     instance = instance_load(instance_id)
     if instance.pool_id:
         return pool_capacity_refused(instance=instance)
+    if instance.rank is not None:
+        return False  # a cluster keeps trying as a whole, and fails as a whole
     if instance.market != Market.SPOT or instance.status not in (
         Instance.Status.REQUESTED,
         Instance.Status.PROVISIONING,

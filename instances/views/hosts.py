@@ -4,6 +4,7 @@ extend, keep running)."""
 
 from __future__ import annotations
 
+import shlex
 import uuid
 from datetime import timedelta
 from decimal import Decimal
@@ -22,6 +23,7 @@ from instances import services
 from instances.forms import ExtendForm
 from instances.lib.checkpoints import backup_dir
 from instances.models import ACTIONS, IdlePolicy, Instance, Order
+from instances.selectors.clusters import cluster_endpoints, cluster_environment, cluster_members
 from instances.selectors.costs import cost_notes, costs_so_far, rate_now, running_seconds
 from instances.selectors.hosts import instances_named
 from instances.selectors.orders import held_orders
@@ -213,6 +215,30 @@ def _host_context(request: HttpRequest, instance: Instance) -> dict:
         "checkpoint_dir": backup_dir(instance.order.checkpoint_uri),
         "isolation": isolation_in_words(instance.isolation),
         **_notebook_context(instance),
+        "cluster": _cluster_context(instance, now=now),
+    }
+
+
+def _cluster_context(instance: Instance, *, now) -> dict | None:
+    """The Cluster card of a cluster's node: every node by rank with where its worker
+    listens, and (once all run) what a login shell on the node exports to train."""
+    if instance.rank is None:
+        return None
+    members = cluster_members([instance.order_id]).get(instance.order_id, [])
+    environment = cluster_environment(instance, members)
+    costs = costs_so_far(
+        list(Instance.objects.filter(order_id=instance.order_id).with_detail().with_events()),
+        now=now,
+    )
+    return {
+        "size": instance.order.count,
+        "cost": sum(costs.values(), Decimal(0)),
+        "nodes": list(zip(members, cluster_endpoints(members), strict=True)),
+        "efa_interfaces": instance.instance_type.efa_interfaces if instance.order.efa else 0,
+        "tf_config": environment.get("TF_CONFIG", ""),
+        "exports": "\n".join(
+            f"export {name}={shlex.quote(value)}" for name, value in environment.items()
+        ),
     }
 
 

@@ -22,7 +22,8 @@ from django.views.decorators.http import require_POST
 
 from instances import services
 from instances.forms import OrderForm
-from instances.models import Image, InstanceType, InterruptionPolicy, Market, Order
+from instances.models import Image, InstanceType, InterruptionPolicy, Market, Order, Placement
+from instances.selectors.clusters import order_size_bounds
 from instances.selectors.headroom import Preview, order_preview
 from instances.selectors.orders import orders_to_decide
 from instances.selectors.quotas import holders_of, longest_lease, usage
@@ -60,6 +61,9 @@ def order_words(*, instance_type: InstanceType, longest: int):
         if (name, code) == ("count", "out_of_range"):
             most = params.get("max", settings.PORTAL_ORDER_MAX_COUNT)
             return name, f"Choose between 1 and {most} hosts."
+        if (name, code) == ("nodes", "out_of_range"):
+            most = params.get("max", settings.PORTAL_CLUSTER_MAX_NODES)
+            return "count", f"A cluster has 2 to {most} hosts."
         if (name, code) == ("lease_hours", "out_of_range"):
             most = params.get("max", settings.PORTAL_LEASE_MAX_HOURS)
             if longest < most:
@@ -112,7 +116,9 @@ def order_context(request: HttpRequest, instance_type: InstanceType, data) -> di
     market = data.get("market") if data.get("market") in Market.values else Market.ON_DEMAND
     if market == Market.SPOT and not instance_type.spot_offered:
         market = Market.ON_DEMAND
-    count = _number(data.get("count") or 1)
+    placement = data.get("placement")
+    placement = placement if placement in Placement.values else Placement.INDEPENDENT
+    count = _number(data.get("count") or (2 if placement == Placement.CLUSTER else 1))
     lease = _number(data.get("lease_hours") or settings.PORTAL_LEASE_DEFAULT_HOURS)
     longest = settings.PORTAL_LEASE_MAX_HOURS
     if project is not None:
@@ -120,20 +126,24 @@ def order_context(request: HttpRequest, instance_type: InstanceType, data) -> di
     context = {
         "t": instance_type,
         "market": market,
+        "placement": placement,
         "count": count,
         "lease_hours": lease,
         "estimate": None,
         "invalid": [],
         "preview": Preview(),
-        "count_max": settings.PORTAL_ORDER_MAX_COUNT,
-        "count_hint": f"Up to {settings.PORTAL_ORDER_MAX_COUNT} in one order.",
+        "placement_hint": _placement_hint(instance_type, placement),
+        "count_min": order_size_bounds(placement)[0],
+        "count_max": order_size_bounds(placement)[1],
+        "count_hint": f"Up to {order_size_bounds(placement)[1]} in one order.",
         "lease_max": longest,
         "project": project,
     }
     if project is None or image is None:
         # Nothing to check against (finance, or a member of no project): the price alone.
-        if count is None or not 1 <= count <= context["count_max"]:
-            context["invalid"].append(f"Choose between 1 and {context['count_max']} hosts.")
+        least, most = order_size_bounds(placement)
+        if count is None or not least <= count <= most:
+            context["invalid"].append(f"Choose between {least} and {most} hosts.")
         if lease is None or not 1 <= lease <= longest:
             context["invalid"].append(f"A lease lasts from 1 to {longest} hours.")
         if not context["invalid"]:
@@ -150,6 +160,7 @@ def order_context(request: HttpRequest, instance_type: InstanceType, data) -> di
         "key_required": False,
         "max_spot_price": _price(data.get("max_spot_price")) if market == Market.SPOT else None,
         "interruption_policy": InterruptionPolicy.NOTIFY if market == Market.SPOT else "",
+        "placement": placement,
     }
     try:
         order = services.order_validate(
@@ -165,7 +176,8 @@ def order_context(request: HttpRequest, instance_type: InstanceType, data) -> di
         # The limits still show, for the smallest order of this kind.
         fields.update(max_spot_price=None)
         try:
-            order = services.order_validate(count=1, lease_hours=1, **fields)
+            smallest = order_size_bounds(placement)[0]
+            order = services.order_validate(count=smallest, lease_hours=1, **fields)
         except ValidationError:
             return context
         context["preview"] = order_preview(order)
@@ -177,6 +189,20 @@ def order_context(request: HttpRequest, instance_type: InstanceType, data) -> di
     if preview.refusal_code.startswith("quota"):
         context.update(_quota_blocked(user, project, instance_type.gpu_count * count))
     return _bounded(context)
+
+
+def _placement_hint(instance_type: InstanceType, placement: str) -> str:
+    if placement != Placement.CLUSTER:
+        return (
+            "Each host on its own. Choose one cluster to train across hosts with "
+            "MultiWorkerMirroredStrategy."
+        )
+    efa = instance_type.efa_interfaces
+    network = f", each with {efa} EFA interface{'s' if efa != 1 else ''}" if efa else ""
+    return (
+        f"The hosts launch together, all or none, in one placement group and zone{network}; "
+        "every node gets its rank and the TF_CONFIG MultiWorkerMirroredStrategy reads."
+    )
 
 
 def _quota_blocked(user, project: Project, asks_gpus: int) -> dict:
@@ -195,13 +221,15 @@ def _bounded(context: dict) -> dict:
     """The Hosts input's bound: the portal's most hosts in one order, or fewer where the
     quotas hold fewer (at least 1: a full quota is said by the refusal, not by the input)."""
     fit = context["preview"].hosts_fit
-    most = settings.PORTAL_ORDER_MAX_COUNT
-    context["count_hint"] = f"Up to {most} in one order."
+    least, most = order_size_bounds(context["placement"])
+    said = f"Up to {most} in one order" if least == 1 else f"{least} to {most} in one cluster"
+    context["count_min"], context["count_max"] = least, most
+    context["count_hint"] = f"{said}."
     if fit is not None:
-        context["count_max"] = max(1, min(most, fit))
+        context["count_max"] = max(least, min(most, fit))
         if fit < most:
             room = f"room for {fit}" if fit else "no room left"
-            context["count_hint"] = f"Up to {most} in one order; the quota has {room} now."
+            context["count_hint"] = f"{said}; the quota has {room} now."
     return context
 
 
@@ -261,8 +289,11 @@ def order_page(request: HttpRequest, name: str) -> HttpResponse:
                 interruption_policy=data["interruption_policy"]
                 if data["market"] == Market.SPOT
                 else "",
+                placement=data["placement"] or Placement.INDEPENDENT,
             )
             what = f"{order.count}× {instance_type.name} ({order.get_market_display()})"
+            if order.is_cluster:
+                what = f"a cluster of {what}"
             if order.status == Order.Status.PENDING_APPROVAL:
                 messages.info(
                     request,

@@ -133,4 +133,6 @@ def in_words(isolation: dict) -> str:
         parts.append("groups " + ", ".join(isolation["security_group_ids"]))
     if isolation.get("instance_profile"):
         parts.append(f"profile {isolation['instance_profile'].rsplit('/', 1)[-1]}")
+    if isolation.get("placement_group"):
+        parts.append(f"placement group {isolation['placement_group']}")
     return " · ".join(parts)

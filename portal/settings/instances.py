@@ -224,6 +224,17 @@ PORTAL_LEASE_WARN_SECONDS = env_int(
 PORTAL_ORDER_MAX_COUNT = env_int(
     "PORTAL_ORDER_MAX_COUNT", 8, help="The most hosts one order may ask for."
 )
+PORTAL_CLUSTER_MAX_NODES = env_int(
+    "PORTAL_CLUSTER_MAX_NODES",
+    16,
+    help="The most nodes one cluster order may ask for (a cluster has at least 2).",
+)
+PORTAL_CLUSTER_PORT = env_int(
+    "PORTAL_CLUSTER_PORT",
+    12345,
+    help="The port each EC2 cluster node's TensorFlow worker listens on, as TF_CONFIG names it "
+    "(the cluster's security group opens every port between its nodes).",
+)
 # Days an order may wait for approval before it expires (a project's policy may say otherwise).
 PORTAL_APPROVAL_EXPIRY_DAYS = env_int(
     "PORTAL_APPROVAL_EXPIRY_DAYS",

@@ -20,6 +20,9 @@
     const lease = document.getElementById("id_lease_hours");
     const hint = document.getElementById("count-hint");
     if (count && bounds.dataset.countMax) count.max = bounds.dataset.countMax;
+    if (count && bounds.dataset.countMin) count.min = bounds.dataset.countMin;
+    const placement = document.getElementById("placement-hint");
+    if (placement && bounds.dataset.placementHint) placement.textContent = bounds.dataset.placementHint;
     if (lease && bounds.dataset.leaseMax) lease.max = bounds.dataset.leaseMax;
     if (hint && bounds.dataset.countHint) hint.textContent = bounds.dataset.countHint;
     document.querySelectorAll("[data-bound='lease_max']").forEach(function (node) {

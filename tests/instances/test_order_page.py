@@ -193,3 +193,21 @@ def test_the_api_keeps_its_codes_and_sentences(api_as, alice, catalog, order_bod
     body = response.json()
     assert body["code"]
     assert "count must be between 1 and 8" in " ".join(body["fields"]["count"])
+
+
+# --- clusters --------------------------------------------------------------------------------
+
+
+def test_the_page_orders_a_cluster_and_says_its_bounds_in_words(page, catalog):
+    cluster = "/catalog/p4d.24xlarge/order/"
+    body = text(page.get(cluster.replace("order/", "estimate/"), {"placement": "cluster"}))
+    assert "2 to 16 in one cluster." in body
+    refused = page.post(cluster, form(placement="cluster", count="1", image="tf-2.20-cuda12.5"))
+    assert refused.status_code == 400
+    assert "A cluster has 2 to 16 hosts." in text(refused)
+    assert Order.objects.count() == 0
+    placed = page.post(cluster, form(placement="cluster", count="2", image="tf-2.20-cuda12.5"))
+    assert placed.status_code == 302
+    order = Order.objects.get()
+    assert order.is_cluster and order.count == 2 and order.efa
+    assert sorted(order.instances.values_list("rank", flat=True)) == [0, 1]

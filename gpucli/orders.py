@@ -147,6 +147,13 @@ def order(
     image: Annotated[str, typer.Option(help="A TensorFlow image (gpu images --type TYPE).")],
     market: Annotated[Market, typer.Option(help="The market.")] = "on_demand",
     count: Annotated[int, typer.Option(help="How many hosts.")] = 1,
+    cluster: Annotated[
+        int | None,
+        typer.Option(
+            help="Launch this many hosts together as one cluster (all or none, in one placement "
+            "group, each with its rank and TF_CONFIG) instead of --count separate hosts."
+        ),
+    ] = None,
     lease: Annotated[str, typer.Option(help="How long the hosts live: 8h, 2d.")] = "8h",
     project: Annotated[
         str | None, typer.Option(help="The project (default: your only one).")
@@ -179,6 +186,9 @@ def order(
         "lease_hours": lease_hours,
         "ssh_public_key": public_key(ssh_key),
     }
+    if cluster is not None:
+        del body["count"]
+        body |= {"placement": "cluster", "nodes": cluster}
     if max_spot_price:
         body["max_spot_price"] = max_spot_price
     if on_interruption:
@@ -189,8 +199,9 @@ def order(
         "/api/v1/orders/", body, headers={"Idempotency-Key": f"gpu-cli-{uuid.uuid4()}"}
     )
     names = ", ".join(host["name"] for host in placed["instances"]) or "none yet"
+    what = "a cluster of " if placed.get("placement") == "cluster" else ""
     note(
-        f"Ordered {placed['count']}x {placed['instance_type']} ({placed['market']}) in "
+        f"Ordered {what}{placed['count']}x {placed['instance_type']} ({placed['market']}) in "
         f"{placed['project']}: order {placed['id']}, {placed['status']}; hosts {names}; "
         f"about ${placed['estimate']['per_hour']}/hour."
     )

@@ -246,14 +246,12 @@ def give_real_references(case, world: World, who: str) -> None:
         body.pop("max_spot_price", None)
         if body.get("market") != "spot":
             body.pop("interruption_policy", None)
-        # A cluster's size is nodes (2 or more), not count; a spot cluster is told of a lost
-        # node (notify); EFA is the type's own (tests/instances/test_clusters.py tries the rest).
+        # A cluster's size is nodes (2 or more), not count; EFA is the type's own
+        # (tests/instances/test_clusters.py tries the rest).
         body.pop("efa", None)
         if body.get("placement") == "cluster":
             body.pop("count", None)
             body["nodes"] = 2
-            if body.get("market") == "spot":
-                body["interruption_policy"] = "notify"
         else:
             body.pop("nodes", None)
     elif path == "/api/v1/jobs/" and method == "POST" and body is not None:

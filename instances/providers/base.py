@@ -165,6 +165,8 @@ class LaunchRequest:
     # The login that serves the host's JupyterLab through the portal, where it can (EC2 hosts
     # then run the notebook agent; instances/services/notebooks.py notebook_login).
     notebook_user: str = ""
+    # A cluster node's EFA interfaces (a replacement launched alone into its cluster).
+    efa_interfaces: int = 0
 
 
 @dataclass(frozen=True)
@@ -182,8 +184,12 @@ class ClusterLaunch:
 
     @property
     def name(self) -> str:
-        """The placement group's and security group's name."""
-        return f"portal-cluster-{self.cluster_id}"
+        return cluster_group_name(self.cluster_id)
+
+
+def cluster_group_name(cluster_id: str) -> str:
+    """A cluster's placement group's and security group's name."""
+    return f"portal-cluster-{cluster_id}"
 
 
 @dataclass(frozen=True)

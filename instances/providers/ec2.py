@@ -172,12 +172,15 @@ class EC2Provider(EC2Clusters, Provider):
             name=host_name(request.instance_uuid),
             token=request.client_token,
         )
-        items = self._run(
-            params,
-            request,
-            place=lambda subnet: {"SubnetId": subnet},
-            earlier=lambda error: [self._launched_earlier(request, error)],
-        )
+        if request.tags.get(TAG_CLUSTER):
+            items = self._join_cluster(request, params)
+        else:
+            items = self._run(
+                params,
+                request,
+                place=lambda subnet: {"SubnetId": subnet},
+                earlier=lambda error: [self._launched_earlier(request, error)],
+            )
         return items[0] if isinstance(items[0], CloudHost) else self._host(items[0])
 
     def _user_data(self, request: LaunchRequest, *, nodes: tuple[tuple[str, str], ...] = ()) -> str:

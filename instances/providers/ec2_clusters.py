@@ -15,8 +15,10 @@ from instances.providers.base import (
     TAG_INSTANCE,
     CloudHost,
     ClusterLaunch,
+    LaunchRequest,
     ProviderPermanentError,
     ProviderTransientError,
+    cluster_group_name,
     host_name,
     launch_tags,
 )
@@ -57,21 +59,17 @@ def efa_interfaces(count: int, subnet: str, groups: list[str]) -> list[dict]:
 
 
 class EC2Clusters:
-    """Launching clusters on EC2; uses EC2Provider's launch pieces (_launch_params, _run,
-    _user_data, _host, _instances, _call)."""
+    """Launching clusters, and a node alone into one, on EC2; uses EC2Provider's launch pieces
+    (_launch_params, _run, _user_data, _host, _instances, _call, _launched_earlier)."""
 
     def launch_cluster(self, cluster: ClusterLaunch) -> list[CloudHost]:
         """One RunInstances call for every node (MinCount = MaxCount, so EC2 launches all or
         none) into the cluster's placement group and security group, with the type's EFA
         interfaces; then each host is tagged with its node, by launch index (rank)."""
         first = cluster.nodes[0]
-        subnets = self._subnets_to_try(first.isolation.subnet_ids, first.avoid_zone)
+        first = replace(first, tags=first.tags | {TAG_CLUSTER: cluster.cluster_id})
         self._placement_group(cluster)
-        own_group = self._cluster_security_group(cluster, subnets[0] if subnets else "")
-        groups = [*first.isolation.security_group_ids, own_group]
-        tags = {key: value for key, value in launch_tags(first).items() if key != TAG_INSTANCE} | {
-            TAG_CLUSTER: cluster.cluster_id
-        }
+        tags = {key: value for key, value in launch_tags(first).items() if key != TAG_INSTANCE}
         params = self._launch_params(
             first,
             user_data=self._user_data(
@@ -83,32 +81,47 @@ class EC2Clusters:
             token=cluster.client_token,
         )
         params["MinCount"] = params["MaxCount"] = len(cluster.nodes)
-        params["Placement"] = params.get("Placement", {}) | {"GroupName": cluster.name}
-        params.pop("SecurityGroupIds", None)
-
-        def place(subnet: str) -> dict:
-            if not cluster.efa_interfaces:
-                return {"SubnetId": subnet} if subnet else {}
-            return {"NetworkInterfaces": efa_interfaces(cluster.efa_interfaces, subnet, groups)}
-
-        if cluster.efa_interfaces:
-            if not subnets:
-                raise ProviderPermanentError(
-                    "An EFA cluster needs a subnet: set the project's subnets or "
-                    "AWS_EC2_SUBNET_IDS.",
-                    code="MissingParameter",
-                )
-        else:
-            params["SecurityGroupIds"] = groups
         items = self._run(
             params,
             first,
-            place=place,
+            place=self._in_cluster(first, params, cluster.efa_interfaces),
             earlier=lambda error: self._cluster_hosts(cluster, error),
         )
         if items and isinstance(items[0], CloudHost):
             return items
         return self._tag_nodes(cluster, [self._host(item) for item in items])
+
+    def _join_cluster(self, request: LaunchRequest, params: dict) -> list:
+        """One node launched alone into its running cluster (a replacement): the cluster's
+        placement group, security group and EFA interfaces, in the subnet the others run in."""
+        return self._run(
+            params,
+            request,
+            place=self._in_cluster(request, params, request.efa_interfaces),
+            earlier=lambda error: [self._launched_earlier(request, error)],
+        )
+
+    def _in_cluster(self, request: LaunchRequest, params: dict, efa: int):
+        """Put ``params`` in the request's cluster (placement group, the cluster's security
+        group beside the project's); the answer places them in a subnet, with ``efa`` EFA
+        interfaces on their network cards when the type has them."""
+        cluster_id = request.tags[TAG_CLUSTER]
+        subnets = self._subnets_to_try(request.isolation.subnet_ids, request.avoid_zone)
+        own = self._cluster_security_group(cluster_id, subnets[0] if subnets else "")
+        groups = [*request.isolation.security_group_ids, own]
+        params["Placement"] = params.get("Placement", {}) | {
+            "GroupName": cluster_group_name(cluster_id)
+        }
+        params.pop("SecurityGroupIds", None)
+        if not efa:
+            params["SecurityGroupIds"] = groups
+            return lambda subnet: {"SubnetId": subnet}
+        if not subnets:
+            raise ProviderPermanentError(
+                "An EFA cluster needs a subnet: set the project's subnets or AWS_EC2_SUBNET_IDS.",
+                code="MissingParameter",
+            )
+        return lambda subnet: {"NetworkInterfaces": efa_interfaces(efa, subnet, groups)}
 
     def _tag_nodes(self, cluster: ClusterLaunch, hosts: list[CloudHost]) -> list[CloudHost]:
         """Tag each host with its node (the one of its launch index): reconcile and
@@ -163,23 +176,24 @@ class EC2Clusters:
         except BotoCoreError as error:
             raise translate(error) from error
 
-    def _cluster_security_group(self, cluster: ClusterLaunch, subnet: str) -> str:
+    def _cluster_security_group(self, cluster_id: str, subnet: str) -> str:
         """The cluster's own security group, open to all traffic between its members (NCCL and
         EFA use any port), in the subnet's VPC; found again by name on a repeat."""
+        name = cluster_group_name(cluster_id)
         vpc = self._vpcs.get(subnet, "") if subnet else ""
-        filters = [{"Name": "group-name", "Values": [cluster.name]}]
+        filters = [{"Name": "group-name", "Values": [name]}]
         if vpc:
             filters.append({"Name": "vpc-id", "Values": [vpc]})
         found = self._call("describe_security_groups", Filters=filters)["SecurityGroups"]
         if found:
             return found[0]["GroupId"]
         create = {
-            "GroupName": cluster.name,
-            "Description": f"GPU portal cluster {cluster.cluster_id}: all traffic between nodes",
+            "GroupName": name,
+            "Description": f"GPU portal cluster {cluster_id}: all traffic between nodes",
             "TagSpecifications": [
                 {
                     "ResourceType": "security-group",
-                    "Tags": cluster_tags(cluster.cluster_id),
+                    "Tags": cluster_tags(cluster_id),
                 }
             ],
         }
@@ -212,7 +226,7 @@ class EC2Clusters:
     def release_cluster(self, cluster_id: str) -> bool:
         """Delete the cluster's security group, then its placement group; False while EC2
         still holds them for a node that is shutting down (the next pass tries again)."""
-        name = f"portal-cluster-{cluster_id}"
+        name = cluster_group_name(cluster_id)
         found = self._call(
             "describe_security_groups",
             Filters=[{"Name": "group-name", "Values": [name]}, *_mine()[1:]],

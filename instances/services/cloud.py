@@ -14,6 +14,7 @@ from instances.models import Instance, Job, Order
 from instances.providers import get_provider
 from instances.providers.base import (
     NO_CAPACITY,
+    TAG_CLUSTER,
     TAG_INSTANCE,
     TAG_OWNER,
     TAG_PROJECT,
@@ -23,6 +24,7 @@ from instances.providers.base import (
     Isolation,
     LaunchRequest,
     Provider,
+    cluster_group_name,
 )
 from instances.selectors.hosts import instance_load
 from instances.services.clusters import (
@@ -31,6 +33,7 @@ from instances.services.clusters import (
     cluster_fail,
     cluster_fail_unlaunched,
     cluster_first_nodes,
+    cluster_node_back,
 )
 from instances.services.notebooks import notebook_login
 from instances.services.spot_recovery import instance_interrupted
@@ -95,7 +98,22 @@ def host_isolation(isolation: Isolation, host: CloudHost) -> dict:
 def launch_request(instance: Instance) -> LaunchRequest:
     order = instance.order
     avoid_zone = ""
-    if instance.replaces_id:
+    isolation = launch_isolation(instance.project)
+    tags = {
+        TAG_INSTANCE: str(instance.id),
+        TAG_PROJECT: instance.project.slug,
+        TAG_OWNER: instance.owner.username,
+    }
+    if instance.rank is not None:
+        # A cluster's node, first or replacement, joins the cluster's placement group, which
+        # lives in one zone: a replacement goes where its cluster runs.
+        tags[TAG_CLUSTER] = str(order.pk)
+        isolation = replace(
+            isolation,
+            placement_group=cluster_group_name(str(order.pk)),
+            subnet_ids=_cluster_subnets(instance, isolation.subnet_ids),
+        )
+    elif instance.replaces_id:
         # The zone whose spot capacity was just taken back is the worst place to look for more.
         replaced = Instance.objects.filter(pk=instance.replaces_id)
         avoid_zone = replaced.values_list("availability_zone", flat=True).first() or ""
@@ -108,17 +126,29 @@ def launch_request(instance: Instance) -> LaunchRequest:
         ssh_public_key=order.ssh_public_key,
         max_spot_price=order.max_spot_price,
         agent_token=agent_secret(instance),
-        tags={
-            TAG_INSTANCE: str(instance.id),
-            TAG_PROJECT: instance.project.slug,
-            TAG_OWNER: instance.owner.username,
-        },
+        tags=tags,
         environment=host_environment(order.checkpoint_uri),
         avoid_zone=avoid_zone,
         runs_job=Job.objects.filter(order_id=instance.order_id).exists(),
-        isolation=launch_isolation(instance.project),
+        isolation=isolation,
         notebook_user=notebook_login(instance.image),
+        efa_interfaces=order.instance_type.efa_interfaces if order.efa else 0,
     )
+
+
+def _cluster_subnets(node: Instance, subnets: tuple[str, ...]) -> tuple[str, ...]:
+    """A replacement node's subnet: the one its cluster's other nodes run in (its placement
+    group's zone); the first launch tries the project's in turn."""
+    if node.replaces_id is None:
+        return subnets
+    ran_in = [
+        isolation.get("subnet_id")
+        for isolation in Instance.objects.filter(order_id=node.order_id)
+        .exclude(pk=node.pk)
+        .exclude(isolation={})
+        .values_list("isolation", flat=True)
+    ]
+    return next(((subnet,) for subnet in ran_in if subnet), subnets)
 
 
 def launch_order_key(host: CloudHost) -> tuple:
@@ -208,7 +238,11 @@ def instance_apply_cloud(*, instance: Instance, host: CloudHost | None, actor: s
         if instance.status == S.STOPPED:
             return instance_walk(instance, [S.STARTING, S.RUNNING], reason=why, actor=actor, at=at)
         if instance.status in (S.PROVISIONING, S.STARTING):
-            return instance_walk(instance, [S.RUNNING], reason=why, actor=actor, at=at)
+            before = instance.status
+            instance = instance_walk(instance, [S.RUNNING], reason=why, actor=actor, at=at)
+            if before == S.PROVISIONING and instance.status == S.RUNNING:
+                cluster_node_back(node=instance)
+            return instance
         return instance
     if state == CloudState.STOPPED:
         if instance.status in (S.RUNNING, S.STOPPING):
@@ -350,28 +384,14 @@ def instance_cloud_action(
 
 
 def cluster_launch(order: Order, nodes: list[Instance]) -> ClusterLaunch:
-    """The cloud's view of the cluster's launch: every node's request, in rank order, each in
-    the cluster's placement group."""
-    requests = []
-    for node in nodes:
-        request = launch_request(node)
-        requests.append(
-            replace(
-                request,
-                isolation=replace(request.isolation, placement_group=cluster_name(order)),
-            )
-        )
+    """The cloud's view of the cluster's launch: every node's request, in rank order."""
     return ClusterLaunch(
         cluster_id=str(order.pk),
         # EC2 tokens are at most 64 ASCII characters; fixed by the order's id.
         client_token=f"portal-cluster-{order.pk.hex}",
-        nodes=tuple(requests),
+        nodes=tuple(launch_request(node) for node in nodes),
         efa_interfaces=order.instance_type.efa_interfaces if order.efa else 0,
     )
-
-
-def cluster_name(order: Order) -> str:
-    return f"portal-cluster-{order.pk}"
 
 
 def cluster_provision(*, instance: Instance, provider: Provider) -> Instance:

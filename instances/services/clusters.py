@@ -19,11 +19,14 @@ from instances.services.transitions import (
     audit_change,
     instance_transition,
 )
+from portal.models import Notice
+from portal.services import notice_send
 
 log = logging.getLogger(__name__)
 
 ACTOR = "system:provision"
 WHOLE_OR_NOT_AT_ALL = "a cluster runs whole or not at all"
+WHOLE_AGAIN = "cluster-whole-again"
 # A node in one of these may still be (or become) part of a running cluster.
 LAUNCHABLE = Instance.LIVE - {Instance.Status.TERMINATING}
 
@@ -140,3 +143,28 @@ def clusters_release(*, provider: Provider, actor: str) -> list[str]:
             )
             released.append(cluster)
     return released
+
+
+def cluster_node_back(*, node: Instance) -> None:
+    """A replacement node runs: when every rank of its cluster runs again, its owner hears
+    that the cluster is whole, with the new TF_CONFIG on each node's page."""
+    if node.rank is None or node.replaces_id is None:
+        return
+    ranks = set(
+        Instance.objects.filter(
+            order_id=node.order_id, rank__isnull=False, status=Instance.Status.RUNNING
+        ).values_list("rank", flat=True)
+    )
+    size = node.order.count
+    link, topic = f"/hosts/{node.pk}/", f"{WHOLE_AGAIN}:{node.pk}"
+    if ranks != set(range(size)) or Notice.objects.filter(topic=topic).exists():
+        return  # not whole yet, or already said (two workers saw the node run)
+    notice_send(
+        user=node.owner,
+        subject=f"Cluster whole again: {size}× {node.instance_type.name} in {node.project.slug}",
+        body=f"{node.name} runs as rank {node.rank} in place of the node the cloud took back. "
+        "TF_CONFIG names it now: restart your workers on every node (the export lines are on "
+        "each node's page) and they resume from the checkpoint.",
+        link=link,
+        topic=topic,
+    )

@@ -221,14 +221,6 @@ def order_validate(
                 "interruption_policy accepts notify, relaunch_spot or fallback_on_demand.",
                 "invalid_choice",
             )
-        elif placement == Placement.CLUSTER and interruption_policy != InterruptionPolicy.NOTIFY:
-            # A lost node is not relaunched into its cluster yet: only notify does what it says.
-            refuse(
-                "interruption_policy",
-                "A spot cluster takes interruption_policy notify: the portal tells you when the "
-                "cloud takes a node back, and does not relaunch one node of a cluster.",
-                "cluster_notify_only",
-            )
         current = instance_type.spot_price_per_hour
         if max_spot_price is not None:
             if max_spot_price <= 0:

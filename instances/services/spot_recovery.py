@@ -67,6 +67,24 @@ def _tell(instance: Instance, *, subject: str, body: str) -> None:
     notice_send(user=instance.owner, subject=subject, body=body, link=f"/hosts/{instance.pk}/")
 
 
+def _cluster_line(instance: Instance) -> str:
+    """For a cluster's node: what its loss means to the rest of the cluster."""
+    if instance.rank is None:
+        return ""
+    size = instance.order.count
+    if _policy(instance) in RELAUNCH:
+        return (
+            f" It is rank {instance.rank} of a cluster of {size}: only it is replaced, with the "
+            "same rank in the cluster's placement group. Once the replacement runs, every "
+            "node's page gives the new TF_CONFIG: restart your workers on all nodes and they "
+            "resume from the checkpoint."
+        )
+    return (
+        f" It is rank {instance.rank} of a cluster of {size}: the cluster runs one node short; "
+        "a MultiWorkerMirroredStrategy job on it stops."
+    )
+
+
 def _checkpoint_line(instance: Instance) -> str:
     uri = instance.order.checkpoint_uri
     if not uri:
@@ -171,7 +189,8 @@ def spot_warning_receive(*, warning: SpotWarning) -> Instance | None:
             instance,
             subject=f"Spot host {_name(instance)} will be interrupted at {action_at:%H:%M} UTC",
             body=f"The cloud takes back spot host {instance.cloud_id} at {action_at:%H:%M:%S} "
-            f"UTC; data on its local disks will be gone. {then} {_checkpoint_line(instance)}",
+            f"UTC; data on its local disks will be gone. {then} {_checkpoint_line(instance)}"
+            f"{_cluster_line(instance)}",
         )
         host_event(instance, WebhookEvent.HOST_SPOT_WARNING)
     if policy in RELAUNCH and not instance.pool_id:
@@ -231,7 +250,7 @@ def instance_interrupted(*, instance: Instance) -> None:
         instance,
         subject=f"Spot host interrupted: {instance.instance_type.name} in {instance.project.slug}",
         body=f"The cloud took back spot host {instance.cloud_id}. Data on its local disks is "
-        f"gone. {then} {_checkpoint_line(instance)}",
+        f"gone. {then} {_checkpoint_line(instance)}{_cluster_line(instance)}",
     )
 
 
@@ -333,8 +352,8 @@ def spot_capacity_refused(*, instance_id, attempts: int, final: bool) -> bool:
     instance = instance_load(instance_id)
     if instance.pool_id:
         return pool_capacity_refused(instance=instance)
-    if instance.rank is not None:
-        return False  # a cluster keeps trying as a whole, and fails as a whole
+    if instance.rank is not None and instance.replaces_id is None:
+        return False  # a cluster's launch keeps trying as a whole, and fails as a whole
     if instance.market != Market.SPOT or instance.status not in (
         Instance.Status.REQUESTED,
         Instance.Status.PROVISIONING,

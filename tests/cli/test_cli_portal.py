@@ -107,6 +107,22 @@ def test_a_refused_order_exits_1_with_the_portals_sentence(
     assert not Instance.objects.exists()
 
 
+def test_a_cluster_ordered_from_the_terminal_has_its_nodes_ranked(
+    gpu, live_server, alice, catalog, token_of
+):
+    gpu.connect(live_server.url, token_of(alice))
+    result = gpu("order", "p4d.24xlarge", "--image", "tf-2.20-cuda12.5", "--cluster", "2", "--json")
+    assert result.returncode == 0, result.stderr
+    assert "Ordered a cluster of 2x p4d.24xlarge" in result.stderr
+    placed = json.loads(result.stdout)
+    assert (placed["placement"], placed["nodes"], placed["efa"]) == ("cluster", 2, True)
+    assert sorted(host["rank"] for host in placed["instances"]) == [0, 1]
+    order = Order.objects.get()
+    assert order.is_cluster and sorted(order.instances.values_list("rank", flat=True)) == [0, 1]
+    refused = gpu("order", "p4d.24xlarge", "--image", "tf-2.20-cuda12.5", "--cluster", "1")
+    assert refused.returncode == 1 and "A cluster has 2 to 16 nodes" in refused.stderr
+
+
 def test_alice_orders_two_spot_hosts_waits_for_them_ssh_es_and_terminates_them(
     gpu, live_server, alice, catalog, token_of, worker_process, tmp_path
 ):

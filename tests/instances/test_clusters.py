@@ -12,6 +12,8 @@ from instances import services, tasks
 from instances.models import ApprovalPolicy, Instance, Order, SimulatedHost
 from instances.providers.base import TAG_CLUSTER, TAG_INSTANCE, ProviderTransientError
 from instances.providers.simulated import SimulatedProvider
+from instances.selectors.clusters import cluster_members, cluster_tf_config
+from portal.models import Notice
 
 S = Instance.Status
 
@@ -154,11 +156,6 @@ def test_the_reconciler_ends_a_cluster_that_lost_a_node_before_it_ran(cluster, s
         ({"instance_type": "g5.12xlarge", "efa": True}, "efa", "efa_not_offered"),
         ({"placement": None, "count": 1, "nodes": None, "efa": True}, "efa", "cluster_only"),
         ({"placement": "ring"}, "placement", "invalid_choice"),
-        (
-            {"market": "spot", "interruption_policy": "relaunch_spot"},
-            "interruption_policy",
-            "cluster_notify_only",
-        ),
     ],
 )
 def test_a_bad_cluster_order_is_refused_with_a_sentence_and_places_nothing(
@@ -232,3 +229,33 @@ def test_reconcile_releases_the_groups_of_a_cluster_only_once_no_node_runs(clust
     released.clear()
     report = services.reconcile(provider=HoldsGroups())
     assert str(order.pk) in released and str(order.pk) in report.clusters_released
+
+
+def test_a_spot_cluster_replaces_only_the_node_the_cloud_took_with_the_same_rank(cluster, alice):
+    order = cluster(nodes=3, market="spot", interruption_policy="relaunch_spot")
+    nodes = provision_all(order)
+    lost = nodes[1]
+    SimulatedProvider().interrupt(lost.cloud_id)
+    services.reconcile()
+    assert Instance.objects.get(pk=lost.pk).status == S.TERMINATED
+    # Only that node: the other two run on, and nothing relaunches the whole cluster.
+    assert [Instance.objects.get(pk=n.pk).status for n in (nodes[0], nodes[2])] == [S.RUNNING] * 2
+    new = Instance.objects.get(replaces=lost)
+    assert new.rank == 1 and order.instances.count() == 4
+    told = Notice.objects.get(user=alice, subject__startswith="Spot host interrupted")
+    assert "rank 1 of a cluster of 3" in told.body
+    assert cluster_tf_config(nodes[0], cluster_members([order.pk])[order.pk]) is None
+
+    new = services.instance_provision(instance_id=new.pk)
+    assert new.status == S.RUNNING
+    host = SimulatedHost.objects.get(cloud_id=new.cloud_id)
+    assert host.tags[TAG_CLUSTER] == str(order.pk)
+    assert new.isolation["placement_group"] == nodes[0].isolation["placement_group"]
+    assert new.availability_zone == nodes[0].availability_zone  # the placement group's zone
+    members = cluster_members([order.pk])[order.pk]
+    assert [m.pk for m in members] == [nodes[0].pk, new.pk, nodes[2].pk]
+    config = cluster_tf_config(nodes[0], members)
+    assert len(config["cluster"]["worker"]) == 3
+    assert Notice.objects.filter(user=alice, subject__startswith="Cluster whole again").count() == 1
+    services.instance_sync(instance_id=new.pk)  # seen running again: said once
+    assert Notice.objects.filter(user=alice, subject__startswith="Cluster whole again").count() == 1

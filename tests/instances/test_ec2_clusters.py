@@ -82,11 +82,8 @@ def ec2(moto_ec2, settings) -> EC2Provider:
 
 
 def expect_groups(stub: Stubber, cluster: ClusterLaunch) -> None:
-    stub.add_response(
-        "describe_subnets",
-        {"Subnets": [{"SubnetId": SUBNET, "AvailabilityZone": "us-east-1c", "VpcId": VPC}]},
-        {"SubnetIds": [SUBNET]},
-    )
+    """The placement group, the image's root device, then the cluster's security group in the
+    subnet's VPC."""
     stub.add_response(
         "create_placement_group",
         {},
@@ -104,25 +101,41 @@ def expect_groups(stub: Stubber, cluster: ClusterLaunch) -> None:
             ],
         },
     )
+    expect_image(stub)
+    expect_security_group(stub, cluster.cluster_id, made=False)
+
+
+def expect_image(stub: Stubber) -> None:
+    stub.add_response(
+        "describe_images",
+        {"Images": [{"ImageId": AMI, "RootDeviceName": "/dev/xvda"}]},
+        {"ImageIds": [AMI]},
+    )
+
+
+def expect_security_group(stub: Stubber, cluster_id: str, *, made: bool) -> None:
+    name = f"portal-cluster-{cluster_id}"
+    stub.add_response(
+        "describe_subnets",
+        {"Subnets": [{"SubnetId": SUBNET, "AvailabilityZone": "us-east-1c", "VpcId": VPC}]},
+        {"SubnetIds": [SUBNET]},
+    )
     stub.add_response(
         "describe_security_groups",
-        {"SecurityGroups": []},
+        {"SecurityGroups": [{"GroupId": CLUSTER_GROUP}] if made else []},
         {
             "Filters": [
-                {"Name": "group-name", "Values": [cluster.name]},
+                {"Name": "group-name", "Values": [name]},
                 {"Name": "vpc-id", "Values": [VPC]},
             ]
         },
     )
+    if made:
+        return
     stub.add_response(
         "create_security_group",
         {"GroupId": CLUSTER_GROUP},
-        {
-            "GroupName": cluster.name,
-            "Description": ANY,
-            "VpcId": VPC,
-            "TagSpecifications": ANY,
-        },
+        {"GroupName": name, "Description": ANY, "VpcId": VPC, "TagSpecifications": ANY},
     )
     stub.add_response(
         "authorize_security_group_ingress",
@@ -133,11 +146,6 @@ def expect_groups(stub: Stubber, cluster: ClusterLaunch) -> None:
                 {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": CLUSTER_GROUP}]}
             ],
         },
-    )
-    stub.add_response(
-        "describe_images",
-        {"Images": [{"ImageId": AMI, "RootDeviceName": "/dev/xvda"}]},
-        {"ImageIds": [AMI]},
     )
 
 
@@ -235,19 +243,11 @@ def test_every_node_finds_its_own_credential_in_the_shared_user_data(ec2):
 def test_a_repeat_finds_the_placement_and_security_groups_it_made(ec2):
     cluster = a_cluster(2, efa=0)
     with Stubber(ec2.client) as stub:
-        stub.add_response(
-            "describe_subnets",
-            {"Subnets": [{"SubnetId": SUBNET, "AvailabilityZone": "us-east-1c", "VpcId": VPC}]},
-        )
         stub.add_client_error(
             "create_placement_group", service_error_code="InvalidPlacementGroup.Duplicate"
         )
-        stub.add_response(
-            "describe_security_groups", {"SecurityGroups": [{"GroupId": CLUSTER_GROUP}]}
-        )
-        stub.add_response(
-            "describe_images", {"Images": [{"ImageId": AMI, "RootDeviceName": "/dev/xvda"}]}
-        )
+        expect_image(stub)
+        expect_security_group(stub, cluster.cluster_id, made=True)
         stub.add_response("run_instances", {"Instances": [described(0), described(1)]})
         expect_tags(stub, cluster)
         hosts = ec2.launch_cluster(cluster)
@@ -299,3 +299,31 @@ def test_an_ended_clusters_groups_are_deleted_once_ec2_lets_them_go(ec2):
         assert ec2.release_cluster(cluster.cluster_id) is False
         assert ec2.release_cluster(cluster.cluster_id) is True
         stub.assert_no_pending_responses()
+
+
+def test_a_replacement_node_launches_alone_into_its_clusters_groups_and_subnet(ec2):
+    cluster = a_cluster(2, efa=4)
+    node = cluster.nodes[1]
+    replacement = LaunchRequest(
+        **{
+            **node.__dict__,
+            "client_token": "portal-replacement-of-rank-1",
+            "tags": node.tags | {TAG_CLUSTER: cluster.cluster_id},
+            "efa_interfaces": 4,
+        }
+    )
+    sent = {}
+    with Stubber(ec2.client) as stub:
+        expect_image(stub)
+        expect_security_group(stub, cluster.cluster_id, made=True)
+        stub.add_response("run_instances", {"Instances": [described(0)]})
+        ec2.client.meta.events.register(
+            "provide-client-params.ec2.RunInstances",
+            lambda params, **kwargs: sent.update(params),
+        )
+        ec2.launch(replacement)
+        stub.assert_no_pending_responses()
+    assert sent["MinCount"] == sent["MaxCount"] == 1
+    assert sent["Placement"] == {"GroupName": cluster.name}
+    assert sent["NetworkInterfaces"] == efa_interfaces(4, SUBNET, [PROJECT_GROUP, CLUSTER_GROUP])
+    assert "SecurityGroupIds" not in sent and "SubnetId" not in sent

@@ -365,6 +365,14 @@ def give_real_references(case, world: World, who: str) -> None:
             query["gpu_model"] = [_pick(world.gpu_models, item) for item in drawn]
         if path == "/api/v1/costs/":
             _real_report_query(query, world, who)
+        if path == "/api/v1/orders/estimate/" and str(query.get("count", "")).isdigit():
+            # A count within its placement's bounds: a cluster's are 2 to 16, separate hosts'
+            # 1 to 8 (the schema gives one range for both; tests/instances/test_clusters.py
+            # tries the rest).
+            from instances.selectors.clusters import order_size_bounds
+
+            least, most = order_size_bounds(query.get("placement", "independent"))
+            query["count"] = min(max(int(query["count"]), least), most)
 
 
 def _real_gpus(reading: dict, kind) -> None:

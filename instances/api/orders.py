@@ -33,6 +33,7 @@ from instances.models import (
     Order,
     Placement,
 )
+from instances.selectors.clusters import order_size_bounds
 from instances.selectors.costs import costs_so_far
 from portal import permissions
 from portal.lib.errors import Forbidden
@@ -263,6 +264,27 @@ class EstimateQuerySerializer(OrderBounds):
     )
     market = serializers.ChoiceField(choices=Market.choices, default=Market.ON_DEMAND)
     lease_hours = serializers.IntegerField(default=lambda: settings.PORTAL_LEASE_DEFAULT_HOURS)
+    placement = serializers.ChoiceField(
+        choices=Placement.choices,
+        default=Placement.INDEPENDENT,
+        help_text="cluster: count is the cluster's nodes (2 to PORTAL_CLUSTER_MAX_NODES)",
+    )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # A cluster's nodes may be more than an order's separate hosts: the bound is the
+        # placement's, checked in validate().
+        field = self.fields["count"]
+        field.max_value = None
+        field.validators = [v for v in field.validators if not isinstance(v, MaxValueValidator)]
+
+    def validate(self, attrs: dict) -> dict:
+        least, most = order_size_bounds(attrs.pop("placement"))
+        if not least <= attrs["count"] <= most:
+            raise serializers.ValidationError(
+                {"count": [f"count must be between {least} and {most}."]}, code="out_of_range"
+            )
+        return attrs
 
 
 @extend_schema_view(reject=extend_schema(request=RejectionSerializer))

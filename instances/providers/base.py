@@ -167,6 +167,8 @@ class LaunchRequest:
     notebook_user: str = ""
     # A cluster node's EFA interfaces (a replacement launched alone into its cluster).
     efa_interfaces: int = 0
+    # The only zone the host may go to ("" any): a cluster's, whose placement group is in one.
+    zone: str = ""
 
 
 @dataclass(frozen=True)

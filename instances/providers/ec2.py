@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import re
@@ -15,7 +16,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from django.conf import settings
 from django.utils import timezone
 
-from instances.lib.agent import agent_cloud_config
+from instances.lib.agent import USER_DATA_MAX_BYTES, agent_cloud_config
 from instances.providers.base import (
     NO_CAPACITY,
     TAG_CLUSTER,
@@ -43,6 +44,24 @@ SPOT_INTERRUPTION_CODES = {
     "Server.SpotInstanceShutdown",
 }
 _NETWORK = re.compile(r"(?P<burst>up to )?(?P<gbps>[\d.]+) gigabit", re.IGNORECASE)
+
+
+def fitted(user_data: str) -> str | bytes:
+    """User data as EC2 takes it (16 KB at most): the cloud-config as text, or gzipped when it
+    is longer (a large cluster's table of node credentials), which cloud-init unpacks. No
+    timestamp in the gzip header: a retried launch must send the very same bytes under its
+    ClientToken."""
+    raw = user_data.encode()
+    if len(raw) <= USER_DATA_MAX_BYTES:
+        return user_data
+    packed = gzip.compress(raw, mtime=0)
+    if len(packed) > USER_DATA_MAX_BYTES:
+        raise ProviderPermanentError(
+            f"The host's user data is {len(packed)} bytes gzipped, over EC2's "
+            f"{USER_DATA_MAX_BYTES}.",
+            code="InvalidParameterValue",
+        )
+    return packed
 
 
 class EC2Provider(EC2Clusters, Provider):
@@ -242,7 +261,7 @@ class EC2Provider(EC2Clusters, Provider):
             "MaxCount": 1,
             # botocore base64-encodes UserData for RunInstances itself; encoding it here too
             # would hand cloud-init base64 text instead of a cloud-config.
-            "UserData": user_data,
+            "UserData": fitted(user_data),
             "InstanceInitiatedShutdownBehavior": "terminate",
             "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled"},
             "BlockDeviceMappings": [
@@ -273,7 +292,7 @@ class EC2Provider(EC2Clusters, Provider):
         """RunInstances in the request's subnets in turn (``place``: a subnet's parameters),
         the zone to avoid last, until one has capacity: the reservation's instances. A token
         that took effect in an earlier subnet (its reply lost) answers ``earlier(error)``."""
-        subnets = self._subnets_to_try(request.isolation.subnet_ids, request.avoid_zone)
+        subnets = self._subnets_to_try(request)
         if not subnets:
             return self._call("run_instances", **params)["Instances"]
         shortage: ProviderTransientError | None = None
@@ -300,15 +319,25 @@ class EC2Provider(EC2Clusters, Provider):
             code=NO_CAPACITY,
         )
 
-    def _subnets_to_try(self, subnets: Iterable[str], avoid_zone: str) -> list[str]:
-        """The host's subnets (one per zone) in order, the zone to avoid last."""
-        subnets = list(subnets)
+    def _subnets_to_try(self, request: LaunchRequest) -> list[str]:
+        """The request's subnets (one per zone) in order, the zone to avoid last; only those of
+        the request's zone when it names one (a cluster's replacement)."""
+        subnets, avoid_zone = list(request.isolation.subnet_ids), request.avoid_zone
         unknown = [subnet for subnet in subnets if subnet not in self._zones]
         if unknown:
             # A subnet's zone never changes: each is asked once per process.
             reply = self._call("describe_subnets", SubnetIds=unknown)
             self._zones |= {row["SubnetId"]: row["AvailabilityZone"] for row in reply["Subnets"]}
             self._vpcs |= {row["SubnetId"]: row.get("VpcId", "") for row in reply["Subnets"]}
+        if request.zone:
+            # A cluster's replacement: only its placement group's zone will take it.
+            subnets = [subnet for subnet in subnets if self._zones.get(subnet) == request.zone]
+            if not subnets and request.isolation.subnet_ids:
+                raise ProviderPermanentError(
+                    f"None of the project's subnets is in {request.zone}, where the host's "
+                    "cluster runs.",
+                    code="InvalidSubnet",
+                )
         return sorted(subnets, key=lambda subnet: self._zones.get(subnet) == avoid_zone)
 
     def _launched_earlier(self, request: LaunchRequest, error: Exception) -> CloudHost:

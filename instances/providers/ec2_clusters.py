@@ -106,19 +106,22 @@ class EC2Clusters:
         group beside the project's); the answer places them in a subnet, with ``efa`` EFA
         interfaces on their network cards when the type has them."""
         cluster_id = request.tags[TAG_CLUSTER]
-        subnets = self._subnets_to_try(request.isolation.subnet_ids, request.avoid_zone)
+        subnets = self._subnets_to_try(request)
         own = self._cluster_security_group(cluster_id, subnets[0] if subnets else "")
         groups = [*request.isolation.security_group_ids, own]
         params["Placement"] = params.get("Placement", {}) | {
             "GroupName": cluster_group_name(cluster_id)
         }
+        if request.zone and not subnets:
+            params["Placement"]["AvailabilityZone"] = request.zone  # the default VPC's
         params.pop("SecurityGroupIds", None)
         if not efa:
             params["SecurityGroupIds"] = groups
             return lambda subnet: {"SubnetId": subnet}
         if not subnets:
             raise ProviderPermanentError(
-                "An EFA cluster needs a subnet: set the project's subnets or AWS_EC2_SUBNET_IDS.",
+                "An EFA cluster needs a subnet: set the project's subnets or "
+                "PORTAL_EC2_SUBNET_IDS.",
                 code="MissingParameter",
             )
         return lambda subnet: {"NetworkInterfaces": efa_interfaces(efa, subnet, groups)}
@@ -136,11 +139,18 @@ class EC2Clusters:
         for rank, node in enumerate(cluster.nodes):
             host = by_index[rank]
             node_tags = {TAG_INSTANCE: node.instance_uuid, "Name": host_name(node.instance_uuid)}
-            self._call(
-                "create_tags",
-                Resources=[host.cloud_id],
-                Tags=[{"Key": k, "Value": v} for k, v in node_tags.items()],
-            )
+            try:
+                self._call(
+                    "create_tags",
+                    Resources=[host.cloud_id],
+                    Tags=[{"Key": k, "Value": v} for k, v in node_tags.items()],
+                )
+            except ProviderPermanentError as error:
+                if error.code != "InvalidInstanceID.NotFound":
+                    raise
+                # EC2's reads lag its launches: a host just made may not be taggable yet. The
+                # retry's RunInstances (same ClientToken) answers the same hosts to tag.
+                raise ProviderTransientError(str(error), code=error.code) from error
             tagged.append(replace(host, tags=host.tags | node_tags))
         return tagged
 
@@ -178,7 +188,9 @@ class EC2Clusters:
 
     def _cluster_security_group(self, cluster_id: str, subnet: str) -> str:
         """The cluster's own security group, open to all traffic between its members (NCCL and
-        EFA use any port), in the subnet's VPC; found again by name on a repeat."""
+        EFA use any port), in the subnet's VPC. Every node's task may run this at once, and a
+        worker may die between creating it and opening it: found by name, made if missing,
+        and its rule added every time (a rule that exists is fine)."""
         name = cluster_group_name(cluster_id)
         vpc = self._vpcs.get(subnet, "") if subnet else ""
         filters = [{"Name": "group-name", "Values": [name]}]
@@ -186,25 +198,34 @@ class EC2Clusters:
             filters.append({"Name": "vpc-id", "Values": [vpc]})
         found = self._call("describe_security_groups", Filters=filters)["SecurityGroups"]
         if found:
-            return found[0]["GroupId"]
-        create = {
-            "GroupName": name,
-            "Description": f"GPU portal cluster {cluster_id}: all traffic between nodes",
-            "TagSpecifications": [
-                {
-                    "ResourceType": "security-group",
-                    "Tags": cluster_tags(cluster_id),
-                }
-            ],
-        }
-        if vpc:
-            create["VpcId"] = vpc
-        group = self._call("create_security_group", **create)["GroupId"]
-        self._call(
-            "authorize_security_group_ingress",
-            GroupId=group,
-            IpPermissions=[{"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": group}]}],
-        )
+            group = found[0]["GroupId"]
+        else:
+            create = {
+                "GroupName": name,
+                "Description": f"GPU portal cluster {cluster_id}: all traffic between nodes",
+                "TagSpecifications": [
+                    {"ResourceType": "security-group", "Tags": cluster_tags(cluster_id)}
+                ],
+            }
+            if vpc:
+                create["VpcId"] = vpc
+            try:
+                group = self._call("create_security_group", **create)["GroupId"]
+            except ProviderPermanentError as error:
+                if error.code != "InvalidGroup.Duplicate":
+                    raise
+                # Another worker made it a moment ago.
+                found = self._call("describe_security_groups", Filters=filters)["SecurityGroups"]
+                group = found[0]["GroupId"]
+        try:
+            self._call(
+                "authorize_security_group_ingress",
+                GroupId=group,
+                IpPermissions=[{"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": group}]}],
+            )
+        except ProviderPermanentError as error:
+            if error.code != "InvalidPermission.Duplicate":
+                raise
         return group
 
     def cluster_leftovers(self) -> set[str]:

@@ -358,7 +358,8 @@ class SimulatedProvider(SimulatedClusters, SimulatedGpus, HostNotebooks, SpotMar
         subnets = values.pop("subnet_ids")
         if not values["placement_group"]:
             del values["placement_group"]
-        avoiding = request.avoid_zone == f"{self.region}a" and len(subnets) > 1
+        in_b = request.avoid_zone == f"{self.region}a" or request.zone == f"{self.region}b"
+        avoiding = in_b and len(subnets) > 1
         subnet = subnets[1] if avoiding else (subnets[0] if subnets else "")
         return values | {
             "subnet_id": subnet,
@@ -366,7 +367,10 @@ class SimulatedProvider(SimulatedClusters, SimulatedGpus, HostNotebooks, SpotMar
         }
 
     def _zone(self, request: LaunchRequest) -> str:
-        """Zone a of the region, or zone b for a replacement that stays out of zone a."""
+        """Zone a of the region, or zone b for a replacement that stays out of zone a; the one
+        zone a cluster's replacement must go to."""
+        if request.zone:
+            return request.zone
         first = f"{self.region}a"
         return f"{self.region}b" if request.avoid_zone == first else first
 

@@ -22,13 +22,15 @@ def order_size_bounds(placement: str) -> tuple[int, int]:
 
 def cluster_refusals(
     *,
+    project,
     instance_type: InstanceType,
     nodes: int,
     efa: bool | None,
     refuse: Callable[..., None],
 ) -> bool:
     """Refuse (through order_validate's ``refuse``) what a cluster order cannot be; return
-    whether its nodes get EFA (the type's answer when the order does not say)."""
+    whether its nodes get EFA (when the order does not say: whether the catalog knows the
+    type's EFA interfaces)."""
     least, most = order_size_bounds(Placement.CLUSTER)
     if not least <= nodes <= most:
         refuse(
@@ -37,15 +39,29 @@ def cluster_refusals(
             "out_of_range",
             max=most,
         )
-    if efa and not instance_type.efa:
-        with_efa = InstanceType.objects.offered().filter(efa=True).values_list("name", flat=True)
+    if efa and not instance_type.efa_interfaces:
+        with_efa = InstanceType.objects.offered().filter(efa_interfaces__gt=0)
+        names = ", ".join(with_efa.values_list("name", flat=True)) or "none in the catalog"
         refuse(
             "efa",
-            f"{instance_type.name} has no EFA; order a type that has it "
-            f"({', '.join(with_efa) or 'none in the catalog'}) or leave efa out.",
+            f"{instance_type.name} has no EFA interfaces in the catalog; order a type that has "
+            f"them ({names}) or leave efa out.",
             "efa_not_offered",
         )
-    return instance_type.efa if efa is None else bool(efa)
+    if project.tenancy == project.Tenancy.HOST:
+        refuse(
+            "placement",
+            f"{project.slug}'s hosts run on the dedicated host {project.host_id}, which takes no "
+            "placement group; order separate hosts.",
+            "cluster_not_on_dedicated_host",
+        )
+    return instance_type.efa_interfaces > 0 if efa is None else bool(efa)
+
+
+def order_efa_interfaces(order) -> int:
+    """How many EFA interfaces each of the order's hosts gets: the type's, on a cluster that
+    asked for EFA; none otherwise."""
+    return order.instance_type.efa_interfaces if order.efa else 0
 
 
 def cluster_members(order_ids) -> dict:

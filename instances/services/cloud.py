@@ -26,6 +26,7 @@ from instances.providers.base import (
     Provider,
     cluster_group_name,
 )
+from instances.selectors.clusters import order_efa_interfaces
 from instances.selectors.hosts import instance_load
 from instances.services.clusters import (
     LAUNCHABLE,
@@ -97,7 +98,7 @@ def host_isolation(isolation: Isolation, host: CloudHost) -> dict:
 
 def launch_request(instance: Instance) -> LaunchRequest:
     order = instance.order
-    avoid_zone = ""
+    avoid_zone = zone = ""
     isolation = launch_isolation(instance.project)
     tags = {
         TAG_INSTANCE: str(instance.id),
@@ -108,11 +109,16 @@ def launch_request(instance: Instance) -> LaunchRequest:
         # A cluster's node, first or replacement, joins the cluster's placement group, which
         # lives in one zone: a replacement goes where its cluster runs.
         tags[TAG_CLUSTER] = str(order.pk)
-        isolation = replace(
-            isolation,
-            placement_group=cluster_group_name(str(order.pk)),
-            subnet_ids=_cluster_subnets(instance, isolation.subnet_ids),
-        )
+        isolation = replace(isolation, placement_group=cluster_group_name(str(order.pk)))
+        if instance.replaces_id:
+            zone = (
+                Instance.objects.filter(order_id=order.pk)
+                .exclude(pk=instance.pk)
+                .exclude(availability_zone="")
+                .values_list("availability_zone", flat=True)
+                .first()
+                or ""
+            )
     elif instance.replaces_id:
         # The zone whose spot capacity was just taken back is the worst place to look for more.
         replaced = Instance.objects.filter(pk=instance.replaces_id)
@@ -132,23 +138,9 @@ def launch_request(instance: Instance) -> LaunchRequest:
         runs_job=Job.objects.filter(order_id=instance.order_id).exists(),
         isolation=isolation,
         notebook_user=notebook_login(instance.image),
-        efa_interfaces=order.instance_type.efa_interfaces if order.efa else 0,
+        efa_interfaces=order_efa_interfaces(order),
+        zone=zone,
     )
-
-
-def _cluster_subnets(node: Instance, subnets: tuple[str, ...]) -> tuple[str, ...]:
-    """A replacement node's subnet: the one its cluster's other nodes run in (its placement
-    group's zone); the first launch tries the project's in turn."""
-    if node.replaces_id is None:
-        return subnets
-    ran_in = [
-        isolation.get("subnet_id")
-        for isolation in Instance.objects.filter(order_id=node.order_id)
-        .exclude(pk=node.pk)
-        .exclude(isolation={})
-        .values_list("isolation", flat=True)
-    ]
-    return next(((subnet,) for subnet in ran_in if subnet), subnets)
 
 
 def launch_order_key(host: CloudHost) -> tuple:
@@ -390,7 +382,7 @@ def cluster_launch(order: Order, nodes: list[Instance]) -> ClusterLaunch:
         # EC2 tokens are at most 64 ASCII characters; fixed by the order's id.
         client_token=f"portal-cluster-{order.pk.hex}",
         nodes=tuple(launch_request(node) for node in nodes),
-        efa_interfaces=order.instance_type.efa_interfaces if order.efa else 0,
+        efa_interfaces=order_efa_interfaces(order),
     )
 
 

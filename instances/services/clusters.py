@@ -54,23 +54,31 @@ def cluster_fail_unlaunched(nodes: list[Instance], *, because: Instance) -> None
 
 
 def cluster_fail(*, instance: Instance, reason: str) -> None:
-    """A cluster's launch failed: every node not yet launched fails with it."""
+    """A cluster's launch failed: every node not yet launched fails with it. A node another
+    worker's launch has recorded a host for is left to it (and to clusters_partial_end, if
+    its cluster cannot be whole)."""
     for node in cluster_first_nodes(instance.order):
-        if node.status in (Instance.Status.REQUESTED, Instance.Status.PROVISIONING):
+        if node.cloud_id is None and node.status in (
+            Instance.Status.REQUESTED,
+            Instance.Status.PROVISIONING,
+        ):
             instance_transition(
                 instance=node, to=Instance.Status.FAILED, reason=reason, actor=ACTOR
             )
 
 
 def clusters_partial_end(*, actor: str) -> list[str]:
-    """End every cluster that lost a node before it ever ran whole (the cloud ended one while
-    it booted, a launch half-recorded): its live nodes go to terminating. Returns their ids."""
+    """End every cluster that lost a node before it ever ran whole: a first node that ended
+    without ever running (the cloud ended it while it booted, it was cancelled while the
+    launch was half recorded) leaves the others nothing to train with. Their live nodes go to
+    terminating. Returns their ids."""
     broken = (
         Instance.objects.filter(
             order__placement=Placement.CLUSTER,
             replaces__isnull=True,
-            status=Instance.Status.FAILED,
+            lease_started_at__isnull=True,
         )
+        .exclude(status__in=Instance.LIVE)
         .values_list("order_id", flat=True)
         .distinct()
     )
@@ -81,7 +89,7 @@ def clusters_partial_end(*, actor: str) -> list[str]:
         node, changed = instance_transition(
             instance=node,
             to=Instance.Status.TERMINATING,
-            reason=f"a node of its cluster failed before the cluster ran; {WHOLE_OR_NOT_AT_ALL}",
+            reason=f"a node of its cluster ended before the cluster ran; {WHOLE_OR_NOT_AT_ALL}",
             actor=actor,
         )
         if changed:

@@ -182,7 +182,9 @@ def order_validate(
     if placement not in Placement.values:
         refuse("placement", "placement accepts independent or cluster.", "invalid_choice")
     elif placement == Placement.CLUSTER:
-        efa = cluster_refusals(instance_type=instance_type, nodes=count, efa=efa, refuse=refuse)
+        efa = cluster_refusals(
+            project=project, instance_type=instance_type, nodes=count, efa=efa, refuse=refuse
+        )
     elif not least <= count <= most:
         refuse("count", f"count must be between {least} and {most}.", "out_of_range", max=most)
     elif efa:

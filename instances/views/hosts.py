@@ -23,7 +23,12 @@ from instances import services
 from instances.forms import ExtendForm
 from instances.lib.checkpoints import backup_dir
 from instances.models import ACTIONS, IdlePolicy, Instance, Order
-from instances.selectors.clusters import cluster_endpoints, cluster_environment, cluster_members
+from instances.selectors.clusters import (
+    cluster_endpoints,
+    cluster_environment,
+    cluster_members,
+    order_efa_interfaces,
+)
 from instances.selectors.costs import cost_notes, costs_so_far, rate_now, running_seconds
 from instances.selectors.hosts import instances_named
 from instances.selectors.orders import held_orders
@@ -234,7 +239,7 @@ def _cluster_context(instance: Instance, *, now) -> dict | None:
         "size": instance.order.count,
         "cost": sum(costs.values(), Decimal(0)),
         "nodes": list(zip(members, cluster_endpoints(members), strict=True)),
-        "efa_interfaces": instance.instance_type.efa_interfaces if instance.order.efa else 0,
+        "efa_interfaces": order_efa_interfaces(instance.order),
         "tf_config": environment.get("TF_CONFIG", ""),
         "exports": "\n".join(
             f"export {name}={shlex.quote(value)}" for name, value in environment.items()

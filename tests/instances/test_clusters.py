@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from decimal import Decimal
 
 import pytest
 
@@ -14,6 +15,7 @@ from instances.providers.base import TAG_CLUSTER, TAG_INSTANCE, ProviderTransien
 from instances.providers.simulated import SimulatedProvider
 from instances.selectors.clusters import cluster_members, cluster_tf_config
 from portal.models import Notice
+from portal.services import project_isolation_set
 
 S = Instance.Status
 
@@ -259,3 +261,56 @@ def test_a_spot_cluster_replaces_only_the_node_the_cloud_took_with_the_same_rank
     assert Notice.objects.filter(user=alice, subject__startswith="Cluster whole again").count() == 1
     services.instance_sync(instance_id=new.pk)  # seen running again: said once
     assert Notice.objects.filter(user=alice, subject__startswith="Cluster whole again").count() == 1
+
+
+def test_a_project_on_a_dedicated_host_orders_no_cluster(
+    api_as, alice, ada, cluster_body, projects
+):
+    project_isolation_set(
+        project=projects["vision-lab"], actor=ada, tenancy="host", host_id="h-0123456789abcdef0"
+    )
+    reply = api_as(alice).post("/api/v1/orders/", cluster_body(), format="json")
+    assert reply.status_code == 400
+    assert "takes no placement group" in reply.json()["fields"]["placement"][0]
+    assert Order.objects.count() == 0
+
+
+def test_the_estimate_prices_a_cluster_of_more_nodes_than_an_order_of_hosts(api_as, alice):
+    url = "/api/v1/orders/estimate/?instance_type=p4d.24xlarge&lease_hours=10"
+    twelve = api_as(alice).get(f"{url}&placement=cluster&count=12")
+    assert twelve.status_code == 200, twelve.json()
+    one = api_as(alice).get(f"{url}&count=1").json()
+    assert Decimal(twelve.json()["per_lease"]) == 12 * Decimal(one["per_lease"])
+    assert api_as(alice).get(f"{url}&placement=cluster&count=1").status_code == 400
+    assert api_as(alice).get(f"{url}&count=12").status_code == 400  # separate hosts: 8 at most
+
+
+def test_a_node_cancelled_while_its_launch_was_half_recorded_ends_the_cluster(cluster, alice):
+    """A worker died after recording node 0's host and before node 1's; the owner then
+    terminates node 1, which never ran. Node 0 must not run on alone."""
+    order = cluster(nodes=2)
+    nodes = list(order.instances.order_by("rank"))
+    Instance.objects.filter(order=order).update(status=S.PROVISIONING)
+    hosts = SimulatedProvider().launch_cluster(
+        services.cloud.cluster_launch(order, services.clusters.cluster_first_nodes(order))
+    )
+    services.instance_record_host(nodes[0], hosts[0])
+    node = Instance.objects.get(pk=nodes[1].pk)
+    services.instance_request_terminate(instance=node, user=alice)
+    tasks.terminate_instance.apply(args=[str(node.pk)])
+    services.reconcile()
+    first = Instance.objects.get(pk=nodes[0].pk)
+    assert first.status in (S.TERMINATING, S.TERMINATED)
+    assert (
+        "ended before the cluster ran" in first.events.filter(new_status=S.TERMINATING).get().reason
+    )
+
+
+def test_a_failed_launch_leaves_the_nodes_another_worker_recorded(cluster):
+    order = cluster(nodes=2)
+    nodes = list(order.instances.order_by("rank"))
+    Instance.objects.filter(order=order).update(status=S.PROVISIONING)
+    Instance.objects.filter(pk=nodes[0].pk).update(cloud_id="i-0recordedbyanother")
+    services.instance_fail(instance_id=nodes[1].pk, reason="The cloud refused the launch.")
+    assert Instance.objects.get(pk=nodes[1].pk).status == S.FAILED
+    assert Instance.objects.get(pk=nodes[0].pk).status == S.PROVISIONING

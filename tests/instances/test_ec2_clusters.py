@@ -4,6 +4,8 @@ MinCount = MaxCount = nodes with the type's EFA interfaces, then each host tagge
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import uuid
 from datetime import UTC, datetime
 
@@ -130,23 +132,25 @@ def expect_security_group(stub: Stubber, cluster_id: str, *, made: bool) -> None
             ]
         },
     )
+    rule = {
+        "GroupId": CLUSTER_GROUP,
+        "IpPermissions": [{"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": CLUSTER_GROUP}]}],
+    }
     if made:
+        # Its rule is asked for again (a worker may have died before adding it): EC2 says
+        # it is there already.
+        stub.add_client_error(
+            "authorize_security_group_ingress",
+            service_error_code="InvalidPermission.Duplicate",
+            expected_params=rule,
+        )
         return
     stub.add_response(
         "create_security_group",
         {"GroupId": CLUSTER_GROUP},
         {"GroupName": name, "Description": ANY, "VpcId": VPC, "TagSpecifications": ANY},
     )
-    stub.add_response(
-        "authorize_security_group_ingress",
-        {"Return": True},
-        {
-            "GroupId": CLUSTER_GROUP,
-            "IpPermissions": [
-                {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": CLUSTER_GROUP}]}
-            ],
-        },
-    )
+    stub.add_response("authorize_security_group_ingress", {"Return": True}, rule)
 
 
 def expect_tags(stub: Stubber, cluster: ClusterLaunch) -> None:
@@ -310,6 +314,7 @@ def test_a_replacement_node_launches_alone_into_its_clusters_groups_and_subnet(e
             "client_token": "portal-replacement-of-rank-1",
             "tags": node.tags | {TAG_CLUSTER: cluster.cluster_id},
             "efa_interfaces": 4,
+            "zone": "us-east-1c",
         }
     )
     sent = {}
@@ -327,3 +332,83 @@ def test_a_replacement_node_launches_alone_into_its_clusters_groups_and_subnet(e
     assert sent["Placement"] == {"GroupName": cluster.name}
     assert sent["NetworkInterfaces"] == efa_interfaces(4, SUBNET, [PROJECT_GROUP, CLUSTER_GROUP])
     assert "SecurityGroupIds" not in sent and "SubnetId" not in sent
+
+
+def test_two_workers_making_the_security_group_at_once_both_use_the_one_made(ec2):
+    name = "portal-cluster-abc"
+    with Stubber(ec2.client) as stub:
+        stub.add_response("describe_security_groups", {"SecurityGroups": []})
+        stub.add_client_error("create_security_group", service_error_code="InvalidGroup.Duplicate")
+        stub.add_response(
+            "describe_security_groups",
+            {"SecurityGroups": [{"GroupId": CLUSTER_GROUP}]},
+            {"Filters": [{"Name": "group-name", "Values": [name]}]},
+        )
+        stub.add_response("authorize_security_group_ingress", {"Return": True})
+        assert ec2._cluster_security_group("abc", "") == CLUSTER_GROUP
+        stub.assert_no_pending_responses()
+
+
+def test_hosts_ec2_cannot_tag_yet_are_a_launch_worth_retrying(ec2):
+    cluster = a_cluster(2, efa=0)
+    with Stubber(ec2.client) as stub:
+        expect_groups(stub, cluster)
+        stub.add_response("run_instances", {"Instances": [described(0), described(1)]})
+        stub.add_client_error("create_tags", service_error_code="InvalidInstanceID.NotFound")
+        with pytest.raises(ProviderTransientError) as retry:
+            ec2.launch_cluster(cluster)
+    assert retry.value.code == "InvalidInstanceID.NotFound"
+
+
+def test_sixteen_nodes_credentials_fit_ec2s_16_kb_gzipped(ec2, settings):
+    """Every node's credential rides in the one user data, with both agents and a long RSA
+    key: past 16 KB as text, so it goes gzipped (cloud-init unpacks it), the same bytes on a
+    retry."""
+    settings.PORTAL_EC2_NOTEBOOKS = True
+    rsa = "ssh-rsa " + "A" * 716 + " alice@laptop"
+    cluster = a_cluster(16, efa=0)
+    cluster = ClusterLaunch(
+        **{
+            **cluster.__dict__,
+            "nodes": tuple(
+                LaunchRequest(
+                    **{
+                        **n.__dict__,
+                        "ssh_public_key": rsa,
+                        "notebook_user": "ubuntu",
+                        # As long as a real one (instances/services/telemetry.py agent_secret).
+                        "agent_token": "gpa_"
+                        + hashlib.sha256(n.instance_uuid.encode()).hexdigest(),
+                    }
+                )
+                for n in cluster.nodes
+            ),
+        }
+    )
+    sent = []
+    for _ in range(2):
+        with Stubber(ec2.client) as stub:
+            stub.add_response("create_placement_group", {})
+            expect_image(stub)
+            if not sent:
+                expect_security_group(stub, cluster.cluster_id, made=False)
+            else:
+                stub.add_response(
+                    "describe_security_groups", {"SecurityGroups": [{"GroupId": CLUSTER_GROUP}]}
+                )
+                stub.add_response("authorize_security_group_ingress", {"Return": True})
+            stub.add_response("run_instances", {"Instances": [described(i) for i in range(16)]})
+            expect_tags(stub, cluster)
+            ec2.client.meta.events.register(
+                "provide-client-params.ec2.RunInstances",
+                lambda params, **kwargs: sent.append(params["UserData"]),
+            )
+            ec2.launch_cluster(cluster)
+    packed = sent[0]
+    assert isinstance(packed, bytes) and len(packed) <= USER_DATA_MAX_BYTES
+    assert sent[1] == packed  # no timestamp in the gzip header: a retry sends the same bytes
+    text = gzip.decompress(packed).decode()
+    assert len(text.encode()) > USER_DATA_MAX_BYTES
+    config = yaml.safe_load(text)
+    table = next(f["content"] for f in config["write_files"] if f["path"] == CLUSTER_NODES)
+    assert len(table.splitlines()) == 16

@@ -116,6 +116,10 @@ def _host_rows(request: HttpRequest) -> dict:
         if running:
             group["running"] += 1
             group["rate"] += host["rate"]
+    for group in groups.values():
+        if group["order"].is_cluster and not group["pool"]:
+            # A cluster's nodes by rank (stable: within a rank, newest first, as listed).
+            group["hosts"].sort(key=lambda host: host["i"].rank)
     hosts = [host for group in groups.values() for host in group["hosts"]]
     return {
         "groups": list(groups.values()),

@@ -4,6 +4,7 @@ its rank and TF_CONFIG; what a cluster order refuses; admission for the whole cl
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from decimal import Decimal
 
@@ -314,3 +315,17 @@ def test_a_failed_launch_leaves_the_nodes_another_worker_recorded(cluster):
     services.instance_fail(instance_id=nodes[1].pk, reason="The cloud refused the launch.")
     assert Instance.objects.get(pk=nodes[1].pk).status == S.FAILED
     assert Instance.objects.get(pk=nodes[0].pk).status == S.PROVISIONING
+
+
+def test_my_hosts_lists_a_clusters_nodes_by_rank_under_one_heading(client, alice, cluster):
+    order = cluster(nodes=3, market="spot", interruption_policy="relaunch_spot")
+    nodes = provision_all(order)
+    SimulatedProvider().interrupt(nodes[1].cloud_id)
+    services.reconcile()
+    new = services.instance_provision(instance_id=Instance.objects.get(replaces=nodes[1]).pk)
+    client.force_login(alice)
+    page = client.get("/hosts/").content.decode()
+    assert "Cluster of" in page and "one placement group, EFA" in page
+    listed = list(dict.fromkeys(re.findall(r"portal-[0-9a-f]{8}", page)))
+    # Rank 0, then rank 1 (the replacement, then the node it replaced), then rank 2.
+    assert listed == [nodes[0].name, new.name, nodes[1].name, nodes[2].name]

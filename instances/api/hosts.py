@@ -131,19 +131,21 @@ class InstanceSerializer(serializers.ModelSerializer):
         # The clusters of a page of hosts are read at once (one query), as their costs are.
         members = self.context.setdefault("cluster_members", {})
         if obj.order_id not in members:
-            batch = getattr(self.parent, "instance", None) if self.parent is not None else None
-            hosts = list(batch) if isinstance(batch, list) and obj in batch else [obj]
-            members |= cluster_members(h.order_id for h in hosts if h.rank is not None)
+            members |= cluster_members(h.order_id for h in self._page(obj) if h.rank is not None)
         return members.get(obj.order_id, [])
+
+    def _page(self, obj: Instance) -> list[Instance]:
+        """The hosts serialized with ``obj`` (a page of the list), or ``obj`` alone."""
+        batch = getattr(self.parent, "instance", None) if self.parent is not None else None
+        return list(batch) if isinstance(batch, list) and obj in batch else [obj]
 
     @extend_schema(responses=serializers.DecimalField(**MONEY))
     def get_cost_so_far(self, obj: Instance) -> str:
         # A page of hosts is costed at once (a fixed number of queries, as metering bills).
         costs = self.context.get("costs_so_far", {})
         if obj.pk not in costs:
-            batch = getattr(self.parent, "instance", None) if self.parent is not None else None
-            hosts = list(batch) if isinstance(batch, list) and obj in batch else [obj]
-            costs = costs_so_far(hosts, now=self.context.get("now") or timezone.now())
+            now = self.context.get("now") or timezone.now()
+            costs = costs_so_far(self._page(obj), now=now)
             self.context["costs_so_far"] = costs
         cost = costs[obj.pk]
         return f"{cost:.6f}"

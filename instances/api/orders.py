@@ -33,7 +33,7 @@ from instances.models import (
     Order,
     Placement,
 )
-from instances.selectors.clusters import order_size_bounds
+from instances.selectors.clusters import cluster_members, order_size_bounds
 from instances.selectors.costs import costs_so_far
 from portal import permissions
 from portal.lib.errors import Forbidden
@@ -162,8 +162,9 @@ class SpotOnlyChoiceField(serializers.ChoiceField):
 
 
 class OrderListSerializer(serializers.ListSerializer):
-    """A page of orders: every host on the page is costed at once (a fixed number of queries
-    for any number of orders, as a page of hosts is costed), not once per order."""
+    """A page of orders: every host on the page is costed at once, and every cluster's nodes
+    read at once (a fixed number of queries for any number of orders, as a page of hosts is
+    costed), not once per order."""
 
     def to_representation(self, data):
         orders = list(data.all() if hasattr(data, "all") else data)
@@ -172,6 +173,8 @@ class OrderListSerializer(serializers.ListSerializer):
         if hosts and "costs_so_far" not in context:
             now = context.setdefault("now", timezone.now())
             context["costs_so_far"] = costs_so_far(hosts, now=now)
+        if "cluster_members" not in context:
+            context["cluster_members"] = cluster_members(o.pk for o in orders if o.is_cluster)
         return super().to_representation(orders)
 
 

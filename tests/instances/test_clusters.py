@@ -6,15 +6,22 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import replace
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from instances import services, tasks
 from instances.models import ApprovalPolicy, Instance, Order, SimulatedHost
 from instances.providers.base import TAG_CLUSTER, TAG_INSTANCE, ProviderTransientError
 from instances.providers.simulated import SimulatedProvider
-from instances.selectors.clusters import cluster_members, cluster_tf_config
+from instances.selectors.clusters import (
+    cluster_members,
+    cluster_tf_config,
+    network_environment,
+)
 from portal.models import Notice
 from portal.services import project_isolation_set
 
@@ -329,3 +336,39 @@ def test_my_hosts_lists_a_clusters_nodes_by_rank_under_one_heading(client, alice
     listed = list(dict.fromkeys(re.findall(r"portal-[0-9a-f]{8}", page)))
     # Rank 0, then rank 1 (the replacement, then the node it replaced), then rank 2.
     assert listed == [nodes[0].name, new.name, nodes[1].name, nodes[2].name]
+
+
+def test_a_page_of_cluster_orders_reads_its_clusters_in_the_same_queries(api_as, alice, cluster):
+    def queries_for_the_list() -> int:
+        with CaptureQueriesContext(connection) as queries:
+            reply = api_as(alice).get("/api/v1/orders/")
+        assert reply.status_code == 200
+        return len(queries)
+
+    provision_all(cluster(nodes=2))
+    one = queries_for_the_list()
+    for _ in range(2):  # the simulated cloud runs six p4d.24xlarge: three clusters of two
+        provision_all(cluster(nodes=2))
+    assert queries_for_the_list() == one
+    orders = api_as(alice).get("/api/v1/orders/").json()["results"]
+    assert all(host["tf_config"] for order in orders for host in order["instances"])
+
+
+def test_an_orders_cost_so_far_is_its_nodes_together(api_as, alice, cluster, clock):
+    order = cluster(nodes=3)
+    provision_all(order)
+    clock.shift(timedelta(minutes=90))
+    body = api_as(alice).get(f"/api/v1/orders/{order.pk}/").json()
+    nodes = [Decimal(host["cost_so_far"]) for host in body["instances"]]
+    assert len(nodes) == 3 and all(cost > 0 for cost in nodes)
+    assert Decimal(body["cost_so_far"]) == sum(nodes)
+
+
+def test_the_network_variables_follow_the_type_and_its_efa(catalog):
+    efa = network_environment(catalog["p4d.24xlarge"], efa=True)
+    assert efa["FI_PROVIDER"] == "efa" and efa["FI_EFA_USE_DEVICE_RDMA"] == "1"
+    # No EFA asked: NCCL talks TCP, and names no fabric.
+    tcp = network_environment(catalog["p4d.24xlarge"], efa=False)
+    assert tcp == {"NCCL_SOCKET_IFNAME": "^lo,docker"}
+    # GPUs without GPUDirect RDMA get EFA through host memory.
+    assert "FI_EFA_USE_DEVICE_RDMA" not in network_environment(catalog["g5.xlarge"], efa=True)

@@ -109,11 +109,11 @@ ADVERSARIAL = {
 
 
 def _timed(function, *args, **kwargs) -> float:
-    """CPU seconds this thread spent in the call. The garbage collector is run before and held
-    off during it: in a worker that has run hundreds of tests, a full collection of their
-    leftovers can start inside the call and take 0.6 s of this thread's CPU (a clean-clone run
-    of 2026-12-04 failed so on a call that takes 1 ms), which says nothing of the call."""
-    gc.collect()
+    """CPU seconds this thread spent in the call. The garbage collector is held off during it:
+    in a worker that has run hundreds of tests, a full collection of their leftovers can start
+    inside the call and take 0.6 s of this thread's CPU (a clean-clone run of 2026-12-04 failed
+    so on a call that takes 1 ms), which says nothing of the call. (Collecting before each
+    call as well cost 40 s a test on a big heap.)"""
     gc.disable()
     try:
         started = time.thread_time()

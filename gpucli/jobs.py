@@ -99,6 +99,13 @@ def launch(
     ] = None,
     time_limit: Annotated[str, typer.Option(help="Longest it may run: 90m, 8h, 1d.")] = "24h",
     max_restarts: Annotated[int, typer.Option(help="Runs again after its own failures.")] = 0,
+    nodes: Annotated[
+        int,
+        typer.Option(
+            help="Run on this many hosts at once, as one cluster: each node's command gets "
+            "TF_CONFIG (MultiWorkerMirroredStrategy)."
+        ),
+    ] = 1,
     ssh_key: Annotated[
         Path | None, typer.Option(help="An SSH public key to reach its host.")
     ] = None,
@@ -127,12 +134,14 @@ def launch(
         "env": _environment(env or []),
         "time_limit_minutes": minutes(time_limit),
         "max_restarts": max_restarts,
+        "nodes": nodes,
     }
     if ssh_key:
         body["ssh_public_key"] = public_key(ssh_key)
     job = portal.post("/api/v1/jobs/", body)
+    on = f"{job['nodes']} × " if job["nodes"] > 1 else ""
     note(
-        f"Launched job {job['id']} ({job['name']}) on {job['instance_type']}, "
+        f"Launched job {job['id']} ({job['name']}) on {on}{job['instance_type']}, "
         f"{job['market']}: {job['status']}."
     )
     if follow:
@@ -237,7 +246,11 @@ def show(
                 job["status"] + (f": {job['status_reason']}" if job["status_reason"] else ""),
             ),
             ("command", job["command"]),
-            ("type", f"{job['instance_type']}, {job['market']}, image {job['image']}"),
+            (
+                "type",
+                ("" if job["nodes"] == 1 else f"cluster of {job['nodes']} × ")
+                + f"{job['instance_type']}, {job['market']}, image {job['image']}",
+            ),
             ("project", f"{job['project']} (owner {job['owner']})"),
             ("started", when(job["started_at"])),
             ("ended", when(job["ended_at"])),
@@ -248,8 +261,9 @@ def show(
         ]
     )
     for run in job["runs"]:
+        rank = f" rank {run['rank']}" if job["nodes"] > 1 else ""
         out.print(
-            f"  run {run['number']} on {run['host'][:8]}: {run['outcome'] or 'running'} "
+            f"  run {run['number']}{rank} on {run['host'][:8]}: {run['outcome'] or 'running'} "
             f"(started {when(run['started_at'])})",
             markup=False,
         )

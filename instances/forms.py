@@ -442,6 +442,11 @@ class JobForm(forms.Form):
     keep_host_minutes = forms.IntegerField(
         initial=0, error_messages={"invalid": "Minutes as a whole number, 0 for none."}
     )
+    nodes = forms.IntegerField(
+        required=False,
+        initial=1,
+        error_messages={"invalid": "Give the number of nodes as a whole number."},
+    )
     workdir_tarball = forms.FileField(
         required=False, widget=forms.ClearableFileInput(attrs={"accept": ".tar,.tar.gz,.tgz"})
     )

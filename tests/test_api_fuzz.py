@@ -267,6 +267,10 @@ def give_real_references(case, world: World, who: str) -> None:
             env={"SEED": "1"},
         )
         body.pop("ssh_public_key", None)
+        # A cluster job of two nodes, as the orders' clusters above: tests/instances/
+        # test_cluster_jobs.py tries the rest.
+        if body.get("nodes", 1) != 1:
+            body["nodes"] = 2
         if body.get("market") != "on_demand" and kind not in world.spot_types:
             body["market"] = "on_demand"
         # A working folder is a real tar archive, or a real repository (and ref), not both.

@@ -143,7 +143,6 @@ def refused_positions(answer):
 
 
 # Managed training jobs: ``portal_agent.py jobs``.
-
 WORKDIR = "/var/lib/portal-agent/jobs"
 SYNCED = ("--include", "checkpoints/*", "--include", "tensorboard/*")  # kept in its s3:// URI
 SYNC_ENV = ("PORTAL_CHECKPOINT_URI", "CHECKPOINT_DIR")
@@ -284,6 +283,7 @@ class Run:
         env = spec.get("env") or {}
         uri = str(env.get("PORTAL_CHECKPOINT_URI", ""))
         self.uri = uri if uri.startswith("s3://") else ""
+        self.upload = self.uri if int(spec.get("rank") or 0) == 0 else ""  # a cluster's chief
         self.checkpoints = os.path.join(self.folder, str(env.get("CHECKPOINT_DIR", "checkpoints")))
         self.scalars = Scalars(os.path.join(self.folder, str(env.get("TENSORBOARD_LOG_DIR", "tb"))))
         stop = str(spec.get("stop_signal"))
@@ -429,7 +429,7 @@ def supervise(portal, run, imds, sync_every):
         if imds and reason is None and now >= next_imds:
             reason = "imds" if spot_warned(imds) else None
             next_imds = now + 5
-        if run.uri and now >= next_sync and run.synced():
+        if run.upload and now >= next_sync and run.synced():
             run.sync(run.folder, run.uri, wait=False)
             next_sync = now + sync_every
         if reason and kill_at is None:
@@ -442,7 +442,7 @@ def supervise(portal, run, imds, sync_every):
     if not started and run.pid is not None and reason not in ("ended", "gone"):  # a short run
         status, _ = retry(portal, lambda: portal.call("started/", dict(run.ids, pid=run.pid)))
         reason = "unwanted" if status == 409 else reason
-    if run.uri:
+    if run.upload:
         run.synced(wait=True)
         run.sync(run.folder, run.uri, wait=True)
     code, sig = run.outcome()

@@ -54,8 +54,8 @@ class Job(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     project = models.ForeignKey("portal.Project", on_delete=models.PROTECT, related_name="jobs")
     owner = models.ForeignKey("portal.User", on_delete=models.PROTECT, related_name="jobs")
-    # The job's own order (one host at a time): admission, approval, its hosts and their
-    # replacements are the order's, exactly as for hosts ordered by hand.
+    # The job's own order (one host at a time, or one cluster of nodes): admission, approval,
+    # its hosts and their replacements are the order's, exactly as for hosts ordered by hand.
     order = models.OneToOneField(Order, on_delete=models.PROTECT, related_name="job")
     name = models.CharField(max_length=100)
     command = models.TextField()
@@ -86,7 +86,7 @@ class Job(models.Model):
     status_changed_at = models.DateTimeField(default=timezone.now)
     recoveries = models.PositiveIntegerField(default=0)
     restarts = models.PositiveIntegerField(default=0)
-    # The host the current (or last) run is on.
+    # The host the current (or last) run is on (a cluster job's: its rank 0 node's).
     host = models.ForeignKey(
         Instance, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
@@ -113,6 +113,11 @@ class Job(models.Model):
     def is_ended(self) -> bool:
         return self.status in self.ENDED
 
+    @property
+    def nodes(self) -> int:
+        """How many hosts each run takes: a cluster job's order's nodes, else one."""
+        return self.order.count if self.order.is_cluster else 1
+
 
 class JobRunQuerySet(models.QuerySet):
     def end_with_host(self, host: Instance, at) -> int:
@@ -127,7 +132,9 @@ class JobRunQuerySet(models.QuerySet):
 
 
 class JobRun(models.Model):
-    """One start of the job's command on one host, from hand-out to exit."""
+    """One start of the job's command on one host, from hand-out to exit. A cluster job's
+    run ``number`` starts the command on every node at once: one row per rank, all with that
+    number (a job of one host has rank 0 only)."""
 
     class Outcome(models.TextChoices):
         SUCCEEDED = "succeeded", "Succeeded"
@@ -138,6 +145,7 @@ class JobRun(models.Model):
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="runs")
     number = models.PositiveIntegerField()
+    rank = models.PositiveSmallIntegerField(default=0)
     host = models.ForeignKey(Instance, on_delete=models.PROTECT, related_name="job_runs")
     recovery = models.PositiveIntegerField(help_text="JOB_RECOVERY: recoveries before this run")
     handed_at = models.DateTimeField()
@@ -149,17 +157,23 @@ class JobRun(models.Model):
     outcome = models.CharField(max_length=16, choices=Outcome.choices, blank=True)
     # Bytes of this run's output the portal holds (the agent resumes from here).
     log_received = models.PositiveBigIntegerField(default=0)
+    # A cluster run's output goes into the job's log line by line, each line behind its rank:
+    # where the job's log ended when this run's last bytes left a line open there (its next
+    # bytes go on that line if nothing was written since), else null.
+    log_open_at = models.PositiveBigIntegerField(null=True, blank=True)
 
     objects = JobRunQuerySet.as_manager()
 
     class Meta:
-        ordering = ["job", "number"]
+        ordering = ["job", "number", "rank"]
         constraints = [
-            models.UniqueConstraint(fields=["job", "number"], name="job_run_unique_number")
+            models.UniqueConstraint(
+                fields=["job", "number", "rank"], name="job_run_unique_number_rank"
+            )
         ]
 
     def __str__(self) -> str:
-        return f"run {self.number} of {self.job_id} on {self.host_id}"
+        return f"run {self.number} (rank {self.rank}) of {self.job_id} on {self.host_id}"
 
 
 class JobEvent(models.Model):

@@ -104,7 +104,11 @@ def cluster_tf_config(node: Instance, members: list[Instance]) -> dict | None:
     workers = cluster_endpoints(members)
     if None in workers:
         return None
-    return {"cluster": {"worker": workers}, "task": {"type": "worker", "index": node.rank}}
+    return _tf_config(workers, node.rank)
+
+
+def _tf_config(workers: list[str], index: int) -> dict:
+    return {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
 
 
 # The GPUs whose EFA hosts (p4d, p4de, p5, p5e and their kin) read GPU memory over the network
@@ -128,11 +132,21 @@ def cluster_environment(node: Instance, members: list[Instance]) -> dict[str, st
     """What a cluster node's job (and the host page, for a login shell) exports: TF_CONFIG,
     the rank and size, and the network variables. Empty until the cluster runs whole."""
     tf_config = cluster_tf_config(node, members)
-    if tf_config is None:
-        return {}
+    return {} if tf_config is None else _environment(node, tf_config, len(members))
+
+
+def run_cluster_environment(rank: int, hosts: list[Instance]) -> dict[str, str]:
+    """The same variables for rank ``rank`` of a cluster job's run, whose nodes ``hosts`` (in
+    rank order) were fixed when the run was handed out: the run keeps them to its end, whatever
+    becomes of the nodes since."""
+    workers = [endpoint or "" for endpoint in cluster_endpoints(hosts)]
+    return _environment(hosts[rank], _tf_config(workers, rank), len(hosts))
+
+
+def _environment(node: Instance, tf_config: dict, size: int) -> dict[str, str]:
     return {
         "TF_CONFIG": json.dumps(tf_config, separators=(",", ":")),
-        "PORTAL_CLUSTER_RANK": str(node.rank),
-        "PORTAL_CLUSTER_SIZE": str(len(members)),
+        "PORTAL_CLUSTER_RANK": str(tf_config["task"]["index"]),
+        "PORTAL_CLUSTER_SIZE": str(size),
         **network_environment(node.instance_type, efa=node.order.efa),
     }

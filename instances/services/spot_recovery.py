@@ -72,6 +72,12 @@ def _cluster_line(instance: Instance) -> str:
     if instance.rank is None:
         return ""
     size = instance.order.count
+    if _policy(instance) in RELAUNCH and hasattr(instance.order, "job"):
+        return (
+            f" It is rank {instance.rank} of job {instance.order.job.name}'s cluster of {size}: "
+            "only it is replaced, with the same rank; the job restarts from its checkpoint on "
+            "every node once the replacement runs."
+        )
     if _policy(instance) in RELAUNCH:
         return (
             f" It is rank {instance.rank} of a cluster of {size}: only it is replaced, with the "

@@ -93,6 +93,7 @@ def job_new(request: HttpRequest) -> HttpResponse:
             "max_restarts": source.max_restarts,
             "retry_exit_codes": ", ".join(str(c) for c in source.retry_exit_codes),
             "keep_host_minutes": source.keep_host_minutes,
+            "nodes": source.nodes,
             "workdir_git": source.workdir_git,
             "workdir_ref": source.workdir_ref,
         }
@@ -114,6 +115,7 @@ def job_new(request: HttpRequest) -> HttpResponse:
                 max_restarts=data["max_restarts"],
                 retry_exit_codes=data["retry_exit_codes"],
                 keep_host_minutes=data["keep_host_minutes"],
+                nodes=data["nodes"] or 1,
                 # Read up to one byte past the cap: the service says it is over (it never
                 # holds more than that in memory).
                 workdir=upload.read(settings.PORTAL_JOB_WORKDIR_MAX_BYTES + 1)
@@ -126,7 +128,11 @@ def job_new(request: HttpRequest) -> HttpResponse:
             messages.success(request, f"Job {job.name} submitted: {job.status_reason}.")
             return redirect("job", pk=job.pk)
     status = 400 if request.method == "POST" else 200
-    context = {"form": mark_invalid(form), "workdir_max": settings.PORTAL_JOB_WORKDIR_MAX_BYTES}
+    context = {
+        "form": mark_invalid(form),
+        "workdir_max": settings.PORTAL_JOB_WORKDIR_MAX_BYTES,
+        "cluster_max": settings.PORTAL_CLUSTER_MAX_NODES,
+    }
     return render(request, "instances/job_new.html", context, status=status)
 
 

@@ -48,3 +48,36 @@ def test_alice_orders_a_cluster_and_reads_its_tf_config_on_a_node(page, sign_in,
     expect(card.locator("tbody tr")).to_have_count(2)
     expect(card.get_by_role("link", name=nodes[0].name)).to_be_visible()
     keep_screenshot(page, "cluster-node")
+
+
+def test_alice_submits_a_cluster_job_and_watches_it_start_on_both_nodes(
+    page, sign_in, alice, catalog, settings, tmp_path
+):
+    from instances.models import Job
+    from tests.instances.test_cluster_jobs import launch, start
+    from tests.instances.test_jobs import Agent
+
+    settings.PORTAL_CHECKPOINT_LOCAL_DIR = tmp_path / "checkpoints"
+    settings.PORTAL_CHECKPOINT_S3_PREFIX = ""
+    sign_in("alice")
+    page.goto("/jobs/new/")
+    page.fill("#id_name", "bert-2x")
+    page.fill("#id_command", "python train.py --epochs 20")
+    page.select_option("#id_instance_type", "g5.xlarge")
+    page.locator("label.segment", has=page.locator("input[value='on_demand']")).click()
+    page.fill("#id_nodes", "2")
+    page.get_by_role("button", name="Submit job").click()
+    expect(page.locator(".flash")).to_contain_text("Job bert-2x submitted")
+    expect(page.locator("#job-panel")).to_contain_text("Cluster of 2 × g5.xlarge")
+
+    job = Job.objects.get()
+    agents = [Agent(node) for node in launch(job)]
+    runs = [agent.ask().json() for agent in agents]
+    start(agents, runs)
+    # The page polls: both ranks' runs appear, and the job runs.
+    expect(page.locator("[data-status]")).to_have_attribute(
+        "data-status", "running", timeout=15_000
+    )
+    expect(page.locator("tr[data-rank]")).to_have_count(2, timeout=15_000)
+    expect(page.locator("tr[data-rank='0']")).to_contain_text("chief")
+    keep_screenshot(page, "cluster-job")

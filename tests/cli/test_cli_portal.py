@@ -123,6 +123,27 @@ def test_a_cluster_ordered_from_the_terminal_has_its_nodes_ranked(
     assert refused.returncode == 1 and "A cluster has 2 to 16 nodes" in refused.stderr
 
 
+def test_a_cluster_job_launched_from_the_terminal_runs_on_its_nodes(
+    gpu, live_server, alice, catalog, token_of
+):
+    gpu.connect(live_server.url, token_of(alice))
+    launch = ["jobs", "launch", "--type", "g5.xlarge", "--image", IMAGE, "--nodes", "2"]
+    result = gpu(*launch, "--json", "--", "python", "train.py")
+    assert result.returncode == 0, result.stderr
+    assert "on 2 × g5.xlarge" in result.stderr
+    job = Job.objects.get()
+    assert job.nodes == 2 and job.order.is_cluster
+    assert json.loads(result.stdout)["nodes"] == 2
+    shown = gpu("jobs", "show", str(job.pk)[:8])
+    assert "cluster of 2 × g5.xlarge" in shown.stdout, shown.stderr
+    refused = gpu(*launch[:-1], "17", "--", "true")
+    assert (
+        refused.returncode == 1
+        and "nodes: Ensure this value is less than or equal to 16" in refused.stderr
+    )
+    assert Job.objects.count() == 1
+
+
 def test_alice_orders_two_spot_hosts_waits_for_them_ssh_es_and_terminates_them(
     gpu, live_server, alice, catalog, token_of, worker_process, tmp_path
 ):

@@ -2,7 +2,7 @@
 ``tf.keras.callbacks.BackupAndRestore(CHECKPOINT_DIR)``, the host is warned after its third
 epoch (simulated_cloud warn, as the cloud's two-minute warning), and the job recovers on a
 replacement host and resumes at epoch 4, not 1, and succeeds. TensorFlow is a test-only
-dependency (tensorflow-cpu); the job runs it in this interpreter."""
+dependency (tensorflow, with tf-keras); the job runs it in this interpreter."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ import pytest
 from django.test import Client
 
 from instances.models import Job
+from tests.instances.test_cluster_jobs import launch
 from tests.instances.test_jobs import Agent, boot
 
 pytestmark = pytest.mark.django_db
@@ -70,6 +71,8 @@ def test_a_job_submitted_from_the_page_lands_on_its_page(alice, catalog):
         ({"time_limit_minutes": "0"}, "time_limit_minutes", "between 1 and"),
         ({"retry_exit_codes": "a, b"}, "retry_exit_codes", "as numbers"),
         ({"image": "tf-2.9-cuda11.2"}, "image", ""),
+        ({"nodes": "17"}, "nodes", "2 to 16 (a cluster job"),
+        ({"nodes": "two"}, "nodes", "whole number"),
     ],
 )
 def test_a_refused_job_says_why_beside_the_field(alice, catalog, changes, field, said):
@@ -78,6 +81,24 @@ def test_a_refused_job_says_why_beside_the_field(alice, catalog, changes, field,
     page = answer.content.decode()
     assert f'id="id_{field}-error"' in page and said in page
     assert not Job.objects.exists()
+
+
+def test_a_cluster_job_from_the_page_shows_its_nodes_and_each_runs_rank(alice, catalog):
+    client = signed_in(alice)
+    assert 'name="nodes"' in client.get("/jobs/new/").content.decode()
+    client.post("/jobs/new/", {**FORM, "nodes": "2", "market": "on_demand"})
+    job = Job.objects.get()
+    assert job.nodes == 2 and job.order.placement == "cluster"
+    for node in launch(job):
+        Agent(node).ask()
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert "Cluster of 2 × g5.xlarge" in page
+    assert 'data-rank="0"' in page and 'data-rank="1"' in page and "chief" in page
+    assert "· rank 1" in page
+    assert "2 × g5.xlarge" in client.get("/jobs/").content.decode()
+    # Edit and run copies the nodes.
+    copy = client.get(f"/jobs/new/?from={job.pk}").content.decode()
+    assert 'name="nodes" id="id_nodes" min="1" max="16" value="2"' in copy
 
 
 def test_finance_cannot_open_the_new_job_page(fin):

@@ -28,6 +28,9 @@ from portal.lib.rest import StrictSerializer
 class AssignmentSerializer(serializers.Serializer):
     job = serializers.UUIDField()
     run = serializers.IntegerField()
+    rank = serializers.IntegerField(
+        help_text="This node's rank in a cluster job's run (0 on a job of one host)"
+    )
     command = serializers.CharField()
     env = serializers.DictField(child=serializers.CharField())
     stop_signal = serializers.CharField()

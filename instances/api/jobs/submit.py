@@ -19,7 +19,9 @@ from instances.models import (
     JobEvent,
     JobMarket,
     JobRun,
+    Placement,
 )
+from instances.selectors.clusters import order_size_bounds
 from instances.selectors.costs import costs_so_far
 from instances.selectors.jobs import job_log_read, job_scalar_series
 from instances.services.jobs import (
@@ -116,17 +118,27 @@ class JobCreateSerializer(StrictSerializer):
         max_length=200,
         help_text="The branch, tag or commit of workdir_git (its default branch when empty)",
     )
+    nodes = serializers.IntegerField(
+        required=False,
+        default=1,
+        help_text="1: one host; 2 to PORTAL_CLUSTER_MAX_NODES: a cluster job, every run started "
+        "on all nodes at once with TF_CONFIG (MultiWorkerMirroredStrategy)",
+    )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        # The time limit's top is a setting, read when a request (or the schema) needs it.
-        low, high = job_bounds("time_limit_minutes")
-        field = self.fields["time_limit_minutes"]
-        field.min_value, field.max_value = low, high
-        field.validators = [
-            *field.validators,
-            *serializers.IntegerField(min_value=low, max_value=high).validators,
-        ]
+        # The tops of the time limit and of nodes are settings, read when a request (or the
+        # schema) needs them.
+        for name, (low, high) in (
+            ("time_limit_minutes", job_bounds("time_limit_minutes")),
+            ("nodes", (1, order_size_bounds(Placement.CLUSTER)[1])),
+        ):
+            field = self.fields[name]
+            field.min_value, field.max_value = low, high
+            field.validators = [
+                *field.validators,
+                *serializers.IntegerField(min_value=low, max_value=high).validators,
+            ]
 
 
 class JobEventSerializer(serializers.ModelSerializer):
@@ -144,6 +156,7 @@ class JobRunSerializer(serializers.ModelSerializer):
         model = JobRun
         fields = [
             "number",
+            "rank",
             "host",
             "recovery",
             "handed_at",
@@ -161,6 +174,7 @@ class JobHostSerializer(serializers.Serializer):
     market = serializers.CharField()
     status = serializers.CharField()
     availability_zone = serializers.CharField()
+    rank = serializers.IntegerField(allow_null=True, help_text="A cluster job's node's rank")
     cost_so_far = serializers.DecimalField(**MONEY)
 
 
@@ -170,7 +184,10 @@ class JobSerializer(serializers.ModelSerializer):
     instance_type = serializers.CharField(source="order.instance_type.name")
     image = serializers.CharField(source="order.image.name")
     order = serializers.UUIDField(source="order_id")
-    host = serializers.UUIDField(source="host_id", allow_null=True, help_text="The current host")
+    host = serializers.UUIDField(
+        source="host_id", allow_null=True, help_text="The current host (a cluster's rank 0)"
+    )
+    nodes = serializers.IntegerField(read_only=True, help_text="Hosts each run takes")
     checkpoint_uri = serializers.CharField(source="order.checkpoint_uri")
     hosts = serializers.SerializerMethodField()
     cost = serializers.SerializerMethodField(help_text="Dollars, the sum of its hosts' costs")
@@ -193,6 +210,7 @@ class JobSerializer(serializers.ModelSerializer):
             "instance_type",
             "image",
             "market",
+            "nodes",
             "command",
             "env",
             "time_limit_minutes",
@@ -256,6 +274,7 @@ class JobSerializer(serializers.ModelSerializer):
                     "market": host.market,
                     "status": host.status,
                     "availability_zone": host.availability_zone,
+                    "rank": host.rank,
                     "cost_so_far": costs.get(host.pk, 0),
                 }
                 for host in hosts

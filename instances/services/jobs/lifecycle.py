@@ -86,36 +86,39 @@ def job_note(*, job: Job, note: str, actor: str = ACTOR, host: Instance | None =
 
 
 def _end_hosts(job: Job, *, reason: str) -> None:
-    """A job that ended ends its hosts, except a failed job's last host while its policy keeps
-    it (the job pass ends that one at ``keep_host_until``)."""
+    """A job that ended ends its hosts, except a failed job's last host (a cluster job's last
+    run's nodes) while its policy keeps it (the job pass ends them at ``keep_host_until``)."""
     hosts = list(
         Instance.objects.filter(order_id=job.order_id, status__in=Instance.LIVE).exclude(
             status=Instance.Status.TERMINATING
         )
     )
     if job.status == Job.Status.FAILED and job.keep_host_minutes and job.host_id:
-        kept = [host for host in hosts if host.pk == job.host_id and host.is_live]
+        last = job.runs.order_by("-number").values_list("number", flat=True).first()
+        ran = set(job.runs.filter(number=last).values_list("host_id", flat=True)) or {job.host_id}
+        kept = [host for host in hosts if host.pk in ran]
         if kept:
             until = timezone.now() + timedelta(minutes=job.keep_host_minutes)
             Job.objects.filter(pk=job.pk).update(keep_host_until=until)
             job.keep_host_until = until
+            names = ", ".join(host.name for host in kept)
             job_note(
                 job=job,
-                note=f"its last host {kept[0].name} is kept until {until:%Y-%m-%d %H:%M} UTC "
-                "for you to look (keep host on failure)",
+                note=f"its last host{'s' if len(kept) > 1 else ''} {names} "
+                f"{'are' if len(kept) > 1 else 'is'} kept until {until:%Y-%m-%d %H:%M} UTC for "
+                "you to look (keep host on failure)",
                 host=kept[0],
             )
-            hosts = [host for host in hosts if host.pk != job.host_id]
+            hosts = [host for host in hosts if host.pk not in ran]
     instances_end(hosts, reason=reason, actor=ACTOR)
 
 
 def job_host_release(job: Job) -> None:
-    """The kept host of a failed job, once its time is up (or its owner lets it go)."""
-    if job.host_id is None:
-        return
-    host = Instance.objects.filter(pk=job.host_id, status__in=Instance.LIVE).first()
-    if host is not None:
-        instances_end([host], reason=f"job {job.name} failed; its kept time ended", actor=ACTOR)
+    """The kept hosts of a failed job, once their time is up (or its owner lets them go): the
+    order's live hosts, the kept ones being all it has left."""
+    hosts = list(Instance.objects.filter(order_id=job.order_id, status__in=Instance.LIVE))
+    if hosts:
+        instances_end(hosts, reason=f"job {job.name} failed; its kept time ended", actor=ACTOR)
     Job.objects.filter(pk=job.pk).update(keep_host_until=None)
 
 
@@ -126,7 +129,12 @@ def _tell(job: Job, to: str, reason: str) -> None:
         Job.Status.RECOVERING: f"Job {job.name} is recovering",
     }[to]
     body = reason.rstrip(".") + "."
-    if to == Job.Status.RECOVERING:
+    if to == Job.Status.RECOVERING and job.order.is_cluster:
+        body += (
+            f" It restarts from its checkpoint on all {job.order.count} nodes once the cluster "
+            "is whole again (only a lost node is replaced, with its rank)."
+        )
+    elif to == Job.Status.RECOVERING:
         body += " It restarts on another host with the same CHECKPOINT_DIR."
     notice_send(
         user=job.owner,

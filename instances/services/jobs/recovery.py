@@ -1,8 +1,9 @@
 """instances/services/jobs/recovery.py: a job outlives its hosts. When a run ends by an
 interruption or a lost host, the job moves to ``recovering`` and its next run waits for the
 replacement host that the spot recovery (instances/services/spot_recovery.py) launches for its
-order: another zone first, on-demand where the job's market says so. A run's own failure the
-job retries restarts on the same host. The job pass (jobs_pass) repairs what no agent reported:
+order: another zone first, on-demand where the job's market says so (a cluster job's lost node
+alone, with its rank; the next run starts on every node). A run's own failure the job retries
+restarts on the same host. The job pass (jobs_pass) repairs what no agent reported:
 hosts lost under a run, orders that were refused, time limits, kept hosts whose time is up."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections import defaultdict
 from datetime import timedelta
 
 from django.db import transaction
+from django.db.models import OuterRef, Q, Subquery
 from django.utils import timezone
 
 from instances.models import Instance, InterruptionPolicy, Job, JobMarket, JobRun, Order
@@ -80,6 +82,13 @@ def job_recover(
             actor=ACTOR,
             host=host,
         )
+    elif replacement.rank is not None:
+        job_note(
+            job=job,
+            note=f"host {replacement.name} replaces rank {replacement.rank}; the next run starts "
+            f"on all {job.nodes} nodes once it runs",
+            host=replacement,
+        )
     else:
         job_note(job=job, note=f"recovers on host {replacement.name}", host=replacement)
     return job
@@ -93,8 +102,8 @@ def _refusal(host: Instance) -> str:
 
 def jobs_pass(*, now=None) -> dict[str, int]:
     """Repair what no agent said: returns how many jobs each rule moved. The live jobs are
-    screened in two queries whatever their number (_rule on what they read); only those a rule
-    holds for are locked, read again and repaired."""
+    screened in three queries whatever their number (_rule on what they read); only those a
+    rule holds for are locked, read again and repaired."""
     now = now or timezone.now()
     moved = {"order_ended": 0, "host_lost": 0, "no_host": 0, "time_limit": 0, "released": 0}
     live = list(
@@ -103,13 +112,12 @@ def jobs_pass(*, now=None) -> dict[str, int]:
         .only("status", "started_at", "time_limit_minutes", "order__status", "host__status")
     )
     waiting = [job.order_id for job in live if job.status not in RUNS]
-    statuses: dict = defaultdict(list)
-    for order_id, status in Instance.objects.filter(order_id__in=waiting).values_list(
-        "order_id", "status"
-    ):
-        statuses[order_id].append(status)
+    hosts: dict = defaultdict(list)
+    for host in Instance.objects.filter(order_id__in=waiting).only("order_id", "status", "rank"):
+        hosts[host.order_id].append(host)
+    lost = _lost_ranks([job.pk for job in live if job.status in RUNS])
     for screened in live:
-        if _rule(screened, now, statuses[screened.order_id]) is None:
+        if _rule(screened, now, hosts[screened.order_id], lost) is None:
             continue
         with transaction.atomic():
             job = (
@@ -119,8 +127,9 @@ def jobs_pass(*, now=None) -> dict[str, int]:
             )
             if job.is_ended:
                 continue
-            hosts = list(job.order.instances.all())
-            rule = _repair(job, now, _rule(job, now, [host.status for host in hosts]), hosts)
+            mine = list(job.order.instances.all())
+            rule = _rule(job, now, mine, _lost_ranks([job.pk]))
+            rule = _repair(job, now, rule, mine)
             if rule:
                 moved[rule] += 1
     for job in Job.objects.filter(status=Job.Status.FAILED, keep_host_until__lte=now):
@@ -129,24 +138,69 @@ def jobs_pass(*, now=None) -> dict[str, int]:
     return moved
 
 
-def _rule(job: Job, now, host_statuses: list[str]) -> str | None:
-    """Which repair the job needs now, if any, from the job, its order, its host and the
-    statuses of its order's hosts (read only)."""
+def _lost_ranks(job_ids: list) -> set:
+    """The jobs whose current run lost a node: a run of its last number that a host's end
+    closed as lost, or that is open on a host no longer running (one query)."""
+    if not job_ids:
+        return set()
+    last = JobRun.objects.filter(job=OuterRef("job")).order_by("-number").values("number")[:1]
+    return set(
+        JobRun.objects.filter(job_id__in=job_ids, number=Subquery(last))
+        .filter(
+            Q(outcome=JobRun.Outcome.LOST)
+            | Q(ended_at__isnull=True) & ~Q(host__status=Instance.Status.RUNNING)
+        )
+        .values_list("job_id", flat=True)
+    )
+
+
+def _dead_rank(hosts: list[Instance]) -> list[Instance] | None:
+    """The hosts of the first rank (a job of one host: the only one) whose every host ended,
+    or None while each rank has a live host."""
+    ranks: dict = defaultdict(list)
+    for host in hosts:
+        ranks[host.rank].append(host)
+    for rank in sorted(ranks, key=lambda rank: -1 if rank is None else rank):
+        if not any(host.status in Instance.LIVE for host in ranks[rank]):
+            return ranks[rank]
+    return None
+
+
+def _rule(job: Job, now, hosts: list[Instance], lost: set) -> str | None:
+    """Which repair the job needs now, if any, from the job, its order, its host, its order's
+    hosts and the jobs whose run lost a node (read only)."""
     order = job.order
     if job.status == Job.Status.PENDING and order.status in ORDER_ENDED:
         return "order_ended"
     if job.started_at and now >= job.started_at + timedelta(minutes=job.time_limit_minutes):
         return "time_limit"
     if job.status in RUNS:
-        # Its run was handed to a running host: one that is no longer running (taken back,
+        # Its run was handed to running hosts: one that is no longer running (taken back,
         # stopped, ended) took the run with it.
         host = job.host
-        return "host_lost" if host is not None and host.status != Instance.Status.RUNNING else None
+        if host is not None and host.status != Instance.Status.RUNNING:
+            return "host_lost"
+        return "host_lost" if job.pk in lost else None
     if order.status != Order.Status.PLACED:
         return None
-    if host_statuses and not any(status in Instance.LIVE for status in host_statuses):
-        return "no_live_host"  # every host of the order ended before the job could run on one
+    if hosts and _dead_rank(hosts) is not None:
+        # Every host of the order (of one rank of its cluster) ended before the job could run.
+        return "no_live_host"
     return None
+
+
+def _lost_run(job: Job) -> tuple[Instance, JobRun | None]:
+    """The host the job's current run lost, and its run there: the job's host when it is no
+    longer running, else the first node of the run that was lost."""
+    last = job.runs.order_by("-number").values_list("number", flat=True).first()
+    gang = job.runs.filter(number=last).select_related("host").order_by("rank")
+    if job.host is None or job.host.status == Instance.Status.RUNNING:
+        for run in gang:
+            if run.outcome == JobRun.Outcome.LOST or (
+                run.ended_at is None and run.host.status != Instance.Status.RUNNING
+            ):
+                return run.host, run
+    return job.host, next((run for run in gang if run.host_id == job.host_id), None)
 
 
 def _repair(job: Job, now, rule: str | None, hosts: list[Instance]) -> str | None:
@@ -170,21 +224,21 @@ def _repair(job: Job, now, rule: str | None, hosts: list[Instance]) -> str | Non
         )
         return "time_limit"
     if rule == "host_lost":
-        host = job.host
+        host, run = _lost_run(job)
         # (A host that ended closed the run as it did: JobRunQuerySet.end_with_host.)
-        run = job.runs.filter(host=host).order_by("-number").first()
         if run is not None and run.ended_at is None:
             JobRun.objects.filter(pk=run.pk).update(ended_at=now, outcome=JobRun.Outcome.LOST)
+        of_rank = f" (rank {run.rank})" if run is not None and job.nodes > 1 else ""
         job_recover(
             job=job,
             host=host,
-            reason=f"host {host.name} was lost under run {run.number if run else '?'} "
+            reason=f"host {host.name}{of_rank} was lost under run {run.number if run else '?'} "
             f"({host.get_status_display().lower()}: {host.status_reason or 'no reason given'})",
         )
         return "host_lost"
     if rule != "no_live_host":
         return None
-    last = max(hosts, key=lambda h: (h.created_at, str(h.pk)))
+    last = max(_dead_rank(hosts) or hosts, key=lambda h: (h.created_at, str(h.pk)))
     if job.status == Job.Status.RECOVERING and last.replaced_by is None:
         job = job_recover(job=job, host=last, reason=f"host {last.name} ended")
         if job.status == Job.Status.RECOVERING:

@@ -4,8 +4,15 @@ output, its TensorBoard scalars, its exit; and what the exit means for the job (
 failed, or recovering as its policy says).
 
 Every call is idempotent: an agent retries until it hears back, and a retried hand-out, start
-or exit changes nothing the first one did not. A run is handed to one host at a time, under the
-job's row lock, so a job never runs twice at once."""
+or exit changes nothing the first one did not. A run is handed out under the job's row lock,
+and only once the run before it has ended everywhere, so a job never runs twice at once.
+
+A cluster job's run is a gang: it is handed to every node at once (one JobRun per rank, the
+same number), only while the cluster is whole (each rank's node running, none warned), and
+each node's command gets TF_CONFIG with the others' addresses. It runs once every rank
+started, succeeds once every rank exited 0, and one rank's failure or interruption ends the
+run on every node (the others are told to stop); the next run starts on all nodes from the
+checkpoint once the cluster is whole again, with only the lost node replaced."""
 
 from __future__ import annotations
 
@@ -21,8 +28,9 @@ from django.utils import timezone
 from instances.lib.checkpoints import backup_dir
 from instances.lib.tensorboard import LOG_FOLDER
 from instances.models import Instance, Job, JobLogChunk, JobRun, JobScalar, JobWorkdir
+from instances.selectors.clusters import cluster_members, run_cluster_environment
 from instances.services.jobs.lifecycle import ACTOR, job_note, job_transition
-from instances.services.jobs.recovery import job_recover
+from instances.services.jobs.recovery import RUNS, job_recover
 from portal.lib.errors import Conflict
 
 LOG_CHUNK_MAX_BYTES = 64 * 1024
@@ -41,6 +49,7 @@ class Assignment:
         return {
             "job": str(job.pk),
             "run": self.run.number,
+            "rank": self.run.rank,
             "command": job.command,
             "env": run_environment(job, self.run),
             "stop_signal": job.stop_signal,
@@ -63,7 +72,8 @@ def run_environment(job: Job, run: JobRun) -> dict[str, str]:
     """The job's variables and the portal's: CHECKPOINT_DIR (in the order's checkpoint
     location, the same for every run), TENSORBOARD_LOG_DIR (beside it, not inside:
     BackupAndRestore deletes its folder when training ends), JOB_ID and JOB_RECOVERY (how many
-    recoveries came before this run)."""
+    recoveries came before this run); on a cluster job's nodes, TF_CONFIG, the rank and size
+    and the network variables (selectors/clusters.py)."""
     uri = job.order.checkpoint_uri
     # On S3 the agent syncs a local folder to the location (TensorFlow renames files).
     base = "" if uri.startswith("s3://") else backup_dir(uri).rstrip("/")
@@ -78,17 +88,41 @@ def run_environment(job: Job, run: JobRun) -> dict[str, str]:
     )
     if uri:
         env["PORTAL_CHECKPOINT_URI"] = uri  # on S3 the agent syncs both folders to it
+    if job.order.is_cluster:
+        gang = job.runs.filter(number=run.number).select_related("host__order__instance_type")
+        env.update(run_cluster_environment(run.rank, [node.host for node in gang]))
     return env
 
 
+def _leaving(host: Instance) -> bool:
+    """The cloud warned it takes the host back, or it is being stopped or terminated."""
+    return host.spot_interruption_at is not None or host.status != Instance.Status.RUNNING
+
+
 def _must_stop(job: Job, host: Instance) -> bool:
-    """The agent stops the command (signal, grace, kill) when the job ended or the host is
-    leaving: the cloud warned it takes it back, or it is being stopped or terminated."""
-    return (
-        job.is_ended
-        or host.spot_interruption_at is not None
-        or host.status != Instance.Status.RUNNING
-    )
+    """The agent stops the command (signal, grace, kill) when its run is over for the job (the
+    job ended, or is recovering: another node of its cluster lost or failed the run) or its
+    host is leaving."""
+    return job.status not in RUNS or _leaving(host)
+
+
+def _gang(job: Job, host: Instance) -> list[Instance] | None:
+    """The hosts a new run of the job goes to, in rank order, when ``host`` may start it: the
+    host itself, or every node of a cluster job while the cluster is whole (each rank's node
+    running and unwarned, ``host`` among them). None: not now."""
+    if not job.order.is_cluster:
+        return [host]
+    nodes = cluster_members([job.order_id]).get(job.order_id, [])
+    if len(nodes) != job.order.count or any(_leaving(node) for node in nodes):
+        return None
+    return nodes if host.pk in {node.pk for node in nodes} else None
+
+
+def _where(hosts: list[Instance], market: str) -> str:
+    if len(hosts) == 1:
+        return f"host {hosts[0].name} ({market}"
+    names = ", ".join(f"{node.name} (rank {rank})" for rank, node in enumerate(hosts))
+    return f"{len(hosts)} nodes: {names} ({market}"
 
 
 def job_of_host(host: Instance) -> Job | None:
@@ -97,38 +131,51 @@ def job_of_host(host: Instance) -> Job | None:
 
 def job_assignment(*, host: Instance) -> Assignment | None:
     """The run this host is to run now, or None. A job waiting for a host (pending, or
-    recovering) is handed to the first running, unwarned host of its order that asks; a host
-    asking again about its own live run gets the same run back (an agent that restarted)."""
+    recovering) is handed to the first running, unwarned host of its order that asks (a
+    cluster job's, to every node at once, see _gang), once its last run has ended on every
+    host; a host asking again about its own open run gets the same run back (an agent that
+    restarted)."""
     job = job_of_host(host)
     if job is None:
         return None
     with transaction.atomic():
         job = Job.objects.select_for_update().select_related("order").get(pk=job.pk)
         host = Instance.objects.get(pk=host.pk)  # as it is now, under the job's lock
-        current = job.runs.order_by("-number").first()
-        if current is not None and current.host_id == host.pk and current.ended_at is None:
+        current = job.runs.filter(host=host, ended_at__isnull=True).order_by("-number").first()
+        if current is not None:
             return Assignment(job, current, _must_stop(job, host))
-        if job.status not in (Job.Status.PENDING, Job.Status.RECOVERING) or _must_stop(job, host):
+        if job.status not in (Job.Status.PENDING, Job.Status.RECOVERING) or _leaving(host):
+            return None
+        if job.runs.filter(ended_at__isnull=True).exists():
+            return None  # the last run is still stopping on another node
+        hosts = _gang(job, host)
+        if hosts is None:
             return None
         now = timezone.now()
-        number = (current.number if current else 0) + 1
-        run = JobRun.objects.create(
-            job=job, number=number, host=host, recovery=job.recoveries, handed_at=now
+        number = (job.runs.order_by("-number").values_list("number", flat=True).first() or 0) + 1
+        runs = JobRun.objects.bulk_create(
+            JobRun(
+                job=job, number=number, rank=rank, host=node, recovery=job.recoveries, handed_at=now
+            )
+            for rank, node in enumerate(hosts)
         )
+        market = host.get_market_display().lower()
         header = (
-            f"=== run {number} on host {host.name} ({host.get_market_display().lower()}, "
-            f"recovery {job.recoveries}) at {now:%Y-%m-%d %H:%M:%S} UTC ===\n"
+            f"=== run {number} on {_where(hosts, market)}, recovery {job.recoveries}) at "
+            f"{now:%Y-%m-%d %H:%M:%S} UTC ===\n"
         )
         _log_append(job, (("\n" if job.log_bytes else "") + header).encode())
         job, _ = job_transition(
             job=job,
             to=Job.Status.STARTING,
-            reason=f"run {number} handed to host {host.name}",
+            reason=f"run {number} handed to host {host.name}"
+            if len(hosts) == 1
+            else f"run {number} handed to all {len(hosts)} nodes",
             actor=ACTOR,
-            host=host,
+            host=hosts[0],
             started_at=job.started_at or now,
         )
-    return Assignment(job, run, False)
+    return Assignment(job, next(run for run in runs if run.host_id == host.pk), False)
 
 
 def _current_run(host: Instance, job_id, number: int) -> tuple[Job, JobRun]:
@@ -157,13 +204,21 @@ def job_run_started(*, host: Instance, job_id, number: int, pid: int) -> bool:
             raise Conflict("This run has already ended.", code="not_this_run")
         if run.started_at is None:
             JobRun.objects.filter(pk=run.pk).update(started_at=timezone.now(), pid=pid)
-        if job.status == Job.Status.STARTING and job.host_id == host.pk:
+        gang = job.runs.filter(number=number)
+        if (
+            job.status == Job.Status.STARTING
+            and not job.runs.filter(number__gt=number).exists()
+            and not gang.filter(started_at__isnull=True).exists()
+        ):
+            nodes = gang.count()
             job, _ = job_transition(
                 job=job,
                 to=Job.Status.RUNNING,
-                reason=f"run {number} started on host {host.name}",
+                reason=f"run {number} started on host {host.name}"
+                if nodes == 1
+                else f"run {number} started on all {nodes} nodes",
                 actor=ACTOR,
-                host=host,
+                host=host if nodes == 1 else job.host,
             )
         return _must_stop(job, host)
 
@@ -183,10 +238,31 @@ def _log_append(job: Job, data: bytes) -> int:
     return len(kept)
 
 
+def _behind_rank(job: Job, run: JobRun, data: bytes) -> bytes:
+    """A cluster run's output as the job's log keeps it: every line behind "[rank N] ", so
+    that the nodes' lines, arriving at once, stay apart and say whose they are. A line this
+    run left open goes on where nothing came since; a line another node left open is closed
+    first. Records where this run leaves a line open."""
+    ours = run.log_open_at is not None and run.log_open_at == job.log_bytes
+    theirs = (
+        not ours
+        and job.log_bytes > 0
+        and job.runs.filter(log_open_at=job.log_bytes).exclude(pk=run.pk).exists()
+    )
+    prefix = f"[rank {run.rank}] ".encode()
+    kept = (b"\n" if theirs else b"") + b"".join(
+        line if index == 0 and ours else prefix + line
+        for index, line in enumerate(data.splitlines(keepends=True))
+    )
+    run.log_open_at = None if data.endswith(b"\n") else job.log_bytes + len(kept)
+    return kept
+
+
 def job_log_append(*, host: Instance, job_id, number: int, offset: int, data: bytes) -> dict:
     """Bytes ``offset`` on of a run's output. The portal keeps what it has not seen (a resent
     stretch is cut to its new part) and answers how far it has the run's output, so the agent
-    resends from there after any failure; past the cap it says ``capped`` and keeps no more."""
+    resends from there after any failure; past the cap it says ``capped`` and keeps no more.
+    A cluster run's lines go in behind their rank (_behind_rank)."""
     if len(data) > LOG_CHUNK_MAX_BYTES:
         raise Conflict(
             f"A log chunk is at most {LOG_CHUNK_MAX_BYTES // 1024} KiB.", code="chunk_too_large"
@@ -198,9 +274,11 @@ def job_log_append(*, host: Instance, job_id, number: int, offset: int, data: by
         if offset <= received < offset + len(data):
             new = data[received - offset :]
             if not job.log_capped:
-                _log_append(job, new)
+                _log_append(job, _behind_rank(job, run, new) if job.nodes > 1 else new)
             received += len(new)
-            JobRun.objects.filter(pk=run.pk).update(log_received=received)
+            JobRun.objects.filter(pk=run.pk).update(
+                log_received=received, log_open_at=run.log_open_at
+            )
         return {"offset": received, "stop": _must_stop(job, host), "capped": job.log_capped}
 
 
@@ -217,7 +295,11 @@ def job_run_exited(
     """The run's command ended. What that means: a job that ended meanwhile (cancelled, out
     of time) only records it; a run stopped because its host is leaving is an interruption
     (the job recovers on another host); exit 0 succeeds; an exit code the job retries, or a
-    failure within its restarts, runs it again; anything else fails the job."""
+    failure within its restarts, runs it again; anything else fails the job.
+
+    On a cluster, the run succeeds once its last rank exits 0; the first rank that fails or is
+    interrupted decides for the run (its other ranks are then told to stop, and their exits
+    only record it)."""
     now = timezone.now()
     with transaction.atomic():
         job, run = _current_run(host, job_id, number)
@@ -237,25 +319,41 @@ def job_run_exited(
         JobRun.objects.filter(pk=run.pk).update(
             ended_at=now, exit_code=exit_code, signal=signal[:16], outcome=outcome
         )
+        gang = job.runs.filter(number=number).exclude(pk=run.pk)
+        if job.status not in RUNS or job.runs.filter(number__gt=number).exists():
+            next_step = None  # another rank already ended this run for the job
+        elif next_step == "succeed" and gang.exclude(outcome=JobRun.Outcome.SUCCEEDED).exists():
+            next_step = None
+            job_note(job=job, note=f"run {number}: rank {run.rank} exited 0", host=host)
+        on = f"host {host.name}" if job.nodes == 1 else f"host {host.name} (rank {run.rank})"
         if next_step == "succeed":
             job, _ = job_transition(
                 job=job,
                 to=Job.Status.SUCCEEDED,
-                reason=f"run {number} exited 0 on host {host.name}",
+                reason=f"run {number} exited 0 on {on}"
+                if job.nodes == 1
+                else f"run {number} exited 0 on all {job.nodes} nodes",
                 actor=ACTOR,
                 host=host,
                 exit_code=0,
             )
         elif next_step == "recover":
+            stopped_on = "" if job.nodes == 1 else " on every node"
             job = job_recover(
                 job=job,
                 host=host,
-                reason=f"the cloud is taking back spot host {host.name}; run {number} was "
-                f"stopped to save its checkpoint ({said})",
+                reason=f"the cloud is taking back spot host {on}; run {number} was "
+                f"stopped{stopped_on} to save its checkpoint ({said})",
                 interruption=True,
             )
         elif next_step == "fail":
-            job = _failed(job, host, number, exit_code, said)
+            job = _failed(
+                job,
+                host,
+                number,
+                exit_code,
+                said if job.nodes == 1 else f"{said} on rank {run.rank}",
+            )
     return job
 
 
@@ -297,7 +395,11 @@ def job_scalars_record(*, host: Instance, job_id, number: int, points: list[dict
     a resumed run's point replacing the one before. Past the job's tags or points the rest is
     not kept (``capped``); values that are not finite are not drawn and not kept."""
     with transaction.atomic():
-        job, _ = _current_run(host, job_id, number)
+        job, run = _current_run(host, job_id, number)
+        if run.rank != 0:
+            # A cluster's chief (rank 0) writes the training's summaries; the other workers'
+            # copies would only repeat them.
+            return {"stored": 0, "capped": False}
         held = JobScalar.objects.filter(job=job)
         tags = set(held.values_list("tag", flat=True).distinct())
         room = SCALAR_POINTS_MAX - held.count()

@@ -23,7 +23,9 @@ from instances.models import (
     JobMarket,
     JobWorkdir,
     Market,
+    Placement,
 )
+from instances.selectors.clusters import order_size_bounds
 from instances.services.approvals import order_cancel
 from instances.services.jobs.lifecycle import job_transition
 from instances.services.orders import order_submit, order_validate
@@ -233,13 +235,15 @@ def job_submit(
     workdir: bytes | None = None,
     workdir_git: str = "",
     workdir_ref: str = "",
+    nodes: int = 1,
     rerun_of: Job | None = None,
     idempotency_key: str | None = None,
 ) -> Job:
     """Check a job field by field (its own fields and its order's, all at once), then place its
-    order of one host through the order admission (quota, budget, approval policy) and write
-    the job, pending, in one transaction. ``idempotency_key``: a page's submission key, so a
-    double click submits one job (the first one comes back)."""
+    order (of one host, or of a cluster of ``nodes``) through the order admission (quota,
+    budget, approval policy) and write the job, pending, in one transaction.
+    ``idempotency_key``: a page's submission key, so a double click submits one job (the
+    first one comes back)."""
     env = {} if env is None else env
     retry_exit_codes = [] if retry_exit_codes is None else retry_exit_codes
     problems = job_problems(
@@ -256,6 +260,17 @@ def job_submit(
         market=market,
     )
     problems.update(workdir_problems(tarball=workdir, git=workdir_git, ref=workdir_ref))
+    cluster = nodes != 1
+    least, most = order_size_bounds(Placement.CLUSTER)
+    if cluster and not (isinstance(nodes, int) and least <= nodes <= most):
+        problems["nodes"] = [
+            f"nodes is 1 (a job on one host) or {least} to {most} (a cluster job, "
+            "MultiWorkerMirroredStrategy across its nodes)."
+        ]
+    if cluster and isinstance(env, dict) and "TF_CONFIG" in env:
+        problems.setdefault("env", []).append(
+            "TF_CONFIG is set by the portal on every node of a cluster job; leave it out."
+        )
     order_market, policy = ORDER_OF_MARKET.get(market, (Market.ON_DEMAND, ""))
     order_fields = {
         "requester": requester,
@@ -263,7 +278,8 @@ def job_submit(
         "instance_type": instance_type,
         "image": image,
         "market": order_market,
-        "count": 1,
+        "count": nodes,
+        "placement": Placement.CLUSTER if cluster else Placement.INDEPENDENT,
         "lease_hours": lease_hours_for(time_limit_minutes)
         if isinstance(time_limit_minutes, int) and time_limit_minutes > 0
         else 1,
@@ -280,12 +296,18 @@ def job_submit(
             field = "market" if field in ("interruption_policy",) else field
             if field == "lease_hours":
                 field = "time_limit_minutes"
+            if field in ("count", "placement", "nodes"):
+                if field != "placement" and "nodes" in problems:
+                    continue  # said above, in a job's words
+                field = "nodes"
             problems.setdefault(field, []).extend(errors)
     if problems:
         raise ValidationError(problems)
     with transaction.atomic():
         order, created = order_submit(
-            **order_fields, key_required=bool(ssh_public_key), idempotency_key=idempotency_key
+            **order_fields,
+            key_required=bool(ssh_public_key),
+            idempotency_key=idempotency_key,
         )
         if not created and hasattr(order, "job"):
             return order.job
@@ -365,6 +387,7 @@ def job_rerun(*, job: Job, user: User) -> Job:
         workdir=bytes(upload.data)
         if (upload := JobWorkdir.objects.filter(job=job).first())
         else None,
+        nodes=job.nodes,
         rerun_of=job,
         **{name: getattr(job, name) for name in SETTINGS},
     )

@@ -3,7 +3,7 @@
 from django.contrib import admin
 
 from instances import services
-from instances.models import Image, InstanceType, Pool, PoolEvent, PoolSchedule
+from instances.models import Image, InstanceType, MigProfile, Pool, PoolEvent, PoolSchedule
 
 
 @admin.register(InstanceType)
@@ -25,6 +25,40 @@ class InstanceTypeAdmin(admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change):
         services.instance_type_save(instance_type=obj)
+
+
+@admin.register(MigProfile)
+class MigProfileAdmin(admin.ModelAdmin):
+    """The MIG profiles sync_catalog keeps from the GPU reference: an admin sets each one's
+    share of its GPU's price (its price per slice-hour on every type of that GPU); the sizes
+    are NVIDIA's and stay read-only."""
+
+    list_display = ["__str__", "compute_slices", "memory_gb", "per_gpu", "price_share"]
+    list_editable = ["price_share"]
+    list_filter = ["gpu_model", "gpu_memory_gib"]
+    fields = [
+        "gpu_model",
+        "gpu_memory_gib",
+        "name",
+        "compute_slices",
+        "memory_gb",
+        "per_gpu",
+        "price_share",
+    ]
+    readonly_fields = [
+        "gpu_model",
+        "gpu_memory_gib",
+        "name",
+        "compute_slices",
+        "memory_gb",
+        "per_gpu",
+    ]
+
+    def has_add_permission(self, request) -> bool:
+        return False  # the GPU reference names the profiles
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
 
 
 @admin.register(Image)

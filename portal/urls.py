@@ -14,6 +14,7 @@ from instances.api import (
     InstanceTypeViewSet,
     InstanceViewSet,
     JobViewSet,
+    MigProfileViewSet,
     OrderViewSet,
     PoolViewSet,
     ProjectViewSet,
@@ -67,6 +68,7 @@ router = DefaultRouter()
 router.include_format_suffixes = False
 router.register("instance-types", InstanceTypeViewSet, basename="instance-type")
 router.register("images", ImageViewSet, basename="image")
+router.register("mig-profiles", MigProfileViewSet, basename="mig-profile")
 router.register("projects", ProjectViewSet, basename="project")
 router.register("audit/events", AuditEventViewSet, basename="audit-event")
 router.register("orders", OrderViewSet, basename="order")

@@ -359,6 +359,7 @@ def give_real_references(case, world: World, who: str) -> None:
             "/api/v1/orders/estimate/",
             "/api/v1/images/",
             "/api/v1/costs/",
+            "/api/v1/mig-profiles/",
         ):
             names = [name for name, _ in world.pairs]
             query["instance_type"] = _pick(names, query["instance_type"])

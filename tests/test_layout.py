@@ -84,6 +84,7 @@ IDIOMS = {
                 "webhooks",
                 "notebooks",
                 "clusters",
+                "mig",
             }
         ),
         helpers={

@@ -78,6 +78,14 @@ def world(catalog, projects, alice, ada, place_order, settings):
             copy.pk, copy.name = None, f"x{i}.bench"
             services.instance_type_save(instance_type=copy)
 
+    def grow_mig_types(n: int) -> None:
+        # Types of an A100 (six slices each), n of them at least.
+        model = catalog["p4d.24xlarge"]
+        for i in range(InstanceType.objects.offered().exclude(mig_profiles=[]).count(), n):
+            copy = InstanceType.objects.get(pk=model.pk)
+            copy.pk, copy.name = None, f"x{i}.mig"
+            services.instance_type_save(instance_type=copy)
+
     def grow_images(n: int) -> None:
         for i in range(Image.objects.filter(is_active=True).count(), n):
             copy = Image.objects.get(pk=image.pk)
@@ -185,6 +193,7 @@ def world(catalog, projects, alice, ada, place_order, settings):
     return {
         "instance-types": (grow_types, alice, "/api/v1/instance-types/"),
         "images": (grow_images, alice, "/api/v1/images/"),
+        "mig-profiles": (grow_mig_types, alice, "/api/v1/mig-profiles/"),
         "projects": (grow_projects, alice, "/api/v1/projects/"),
         "audit/events": (grow_audit, ada, "/api/v1/audit/events/"),
         "orders": (grow_orders, alice, "/api/v1/orders/"),

@@ -136,6 +136,7 @@ EXPECTED: dict[tuple[str, str], tuple[int, ...]] = {
     ("instance-type-list", "GET"): (200, 200, 200, 200, 200, 401),
     ("instance-type-detail", "GET"): (200, 200, 200, 200, 200, 401),
     ("image-list", "GET"): (200, 200, 200, 200, 200, 401),
+    ("mig-profile-list", "GET"): (200, 200, 200, 200, 200, 401),
     ("image-detail", "GET"): (200, 200, 200, 200, 200, 401),
     ("project-list", "GET"): (200, 200, 200, 200, 200, 401),
     ("project-detail", "GET"): (200, 200, 404, 200, 200, 401),

@@ -2,7 +2,7 @@
 telemetry, quotas, approvals, idle, jobs), each with that topic's serializers, filters and viewsets;
 fields.py holds what they share. portal/urls.py routes the viewsets listed here."""
 
-from instances.api.catalog import ImageViewSet, InstanceTypeViewSet
+from instances.api.catalog import ImageViewSet, InstanceTypeViewSet, MigProfileViewSet
 from instances.api.hosts import InstanceViewSet
 from instances.api.jobs import JobViewSet
 from instances.api.orders import OrderViewSet
@@ -14,6 +14,7 @@ __all__ = [
     "InstanceTypeViewSet",
     "InstanceViewSet",
     "JobViewSet",
+    "MigProfileViewSet",
     "OrderViewSet",
     "PoolViewSet",
     "ProjectViewSet",

@@ -1,6 +1,6 @@
 """instances/api/catalog.py: the catalog in the API. /api/v1/instance-types/ (filterable by GPU
-model, memory, count, price and spot) and /api/v1/images/; the catalog page filters with the
-same CatalogFilter."""
+model, memory, count, price and spot), /api/v1/images/ and /api/v1/mig-profiles/ (the MIG
+slices, with their prices); the catalog page filters with the same CatalogFilter."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from decimal import Decimal
 import django_filters
 from django import forms
 from django.db.models import DecimalField, ExpressionWrapper, F
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, viewsets
 
 from instances.api.fields import READ_ONLY_MONEY
@@ -16,6 +17,8 @@ from instances.models import (
     Image,
     InstanceType,
 )
+from instances.selectors.mig import mig_slices
+from portal.lib.rest import LookupField, StrictSerializer
 
 
 class ImageSerializer(serializers.ModelSerializer):
@@ -260,3 +263,69 @@ class ImageViewSet(viewsets.ReadOnlyModelViewSet):
 
     def get_queryset(self):
         return Image.objects.filter(is_active=True)
+
+
+PAGES = ("page", "page_size")
+
+
+class MigQuerySerializer(StrictSerializer):
+    instance_type = LookupField(
+        slug_field="name",
+        queryset=InstanceType.objects.offered(),
+        required=False,
+        error_messages={
+            "does_not_exist": "{value} is not in the catalog; see /api/v1/instance-types/."
+        },
+    )
+    gpu_model = serializers.CharField(required=False, max_length=32)
+
+
+class MigSliceSerializer(serializers.Serializer):
+    instance_type = serializers.CharField(source="instance_type.name")
+    gpu_model = serializers.CharField(source="instance_type.gpu_model")
+    gpu_memory_gib = serializers.IntegerField(source="profile.gpu_memory_gib")
+    profile = serializers.CharField(source="profile.name", help_text='e.g. "1g.10gb"')
+    compute_share = serializers.CharField(help_text="Its compute slices of the GPU's seven")
+    memory_gb = serializers.IntegerField(source="profile.memory_gb")
+    per_gpu = serializers.IntegerField(
+        source="profile.per_gpu", help_text="How many of these slices one GPU holds"
+    )
+    per_host = serializers.IntegerField(help_text="How many one host of the type holds")
+    price_share = serializers.DecimalField(
+        source="profile.price_share",
+        max_digits=5,
+        decimal_places=4,
+        help_text="Its share of one GPU's price (an admin sets it)",
+    )
+    on_demand_price_per_hour = serializers.DecimalField(
+        **READ_ONLY_MONEY, help_text="Dollars per slice-hour"
+    )
+    spot_price_per_hour = serializers.DecimalField(
+        **READ_ONLY_MONEY, allow_null=True, help_text="Dollars per slice-hour on spot"
+    )
+
+
+class MigProfileViewSet(viewsets.GenericViewSet):
+    """MIG slices of the catalog's MIG-capable types (A100, H100, H200 and their kin): each
+    profile with its memory, compute share, how many fit a GPU and a host, and its price per
+    slice-hour (its share of one GPU's price). ``?instance_type=`` or ``?gpu_model=`` narrow
+    it."""
+
+    serializer_class = MigSliceSerializer
+    filter_backends: list = []
+
+    @extend_schema(parameters=[MigQuerySerializer])
+    def list(self, request):
+        # page and page_size are the pages' own (portal.lib.rest.Pagination checks them).
+        asked = request.query_params.dict()
+        query = MigQuerySerializer(
+            data={key: value for key, value in asked.items() if key not in PAGES}
+        )
+        query.is_valid(raise_exception=True)
+        types = InstanceType.objects.offered().order_by("name")
+        if kind := query.validated_data.get("instance_type"):
+            types = types.filter(pk=kind.pk)
+        if model := query.validated_data.get("gpu_model"):
+            types = types.filter(gpu_model__iexact=model)
+        page = self.paginate_queryset(mig_slices(types))
+        return self.get_paginated_response(MigSliceSerializer(page, many=True).data)

@@ -6,6 +6,7 @@ Each file carries its source and date beside the data. Nothing here reads settin
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from datetime import date
@@ -27,20 +28,25 @@ class GpuReference:
     compute_capability: str
     architecture: str
     mig_profiles: tuple[str, ...]
+    # How many slices of each profile one GPU holds, NVIDIA's "Number of Instances Available".
+    mig_per_gpu: tuple[tuple[str, int], ...] = ()
 
 
-def gpu_references() -> list[GpuReference]:
+@functools.cache
+def gpu_references() -> tuple[GpuReference, ...]:
+    """The GPU reference, read once (a file of the code, not of the deployment)."""
     data = _load(DATA_DIR / "gpus.json")
-    return [
+    return tuple(
         GpuReference(
             model=row["model"],
             memory_gib=row["memory_gib"],
             compute_capability=row["compute_capability"],
             architecture=row["architecture"],
             mig_profiles=tuple(row["mig_profiles"]),
+            mig_per_gpu=tuple(row["mig_profiles"].items()),
         )
         for row in data["gpus"]
-    ]
+    )
 
 
 def gpu_reference(model: str, memory_gib: int) -> GpuReference | None:

@@ -2,7 +2,7 @@
 hosts (Instance, its events and the ACTIONS table), pools, telemetry (GPU readings, agent
 credentials), leases (lease warnings sent), quotas (quotas, their history, requests for more),
 approvals (approval policies), idle (idle policies), jobs (managed jobs, their runs, events
-and logs) and simulated (the simulated cloud's own table);
+and logs), mig (MIG slice profiles) and simulated (the simulated cloud's own table);
 fields holds the field shapes they share. Import them from here."""
 
 from instances.models.approvals import ApprovalPolicy
@@ -33,6 +33,7 @@ from instances.models.jobs import (
     JobWorkdir,
 )
 from instances.models.leases import LeaseNotice
+from instances.models.mig import COMPUTE_SLICES, MigProfile
 from instances.models.notebooks import Notebook
 from instances.models.orders import (
     InterruptionPolicy,
@@ -55,6 +56,7 @@ from instances.models.telemetry import GpuHourlyReading, GpuReading, HostAgentCr
 
 __all__ = [
     "ACTIONS",
+    "COMPUTE_SLICES",
     "SPOT_PRICE_FLOOR_SHARE",
     "SPOT_PRICE_STALE_AFTER",
     "TASK_OF_STATUS",
@@ -80,6 +82,7 @@ __all__ = [
     "JobWorkdir",
     "LeaseNotice",
     "Market",
+    "MigProfile",
     "Notebook",
     "Order",
     "OrderEvent",

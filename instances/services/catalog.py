@@ -5,6 +5,7 @@ the cloud, spot prices seen, and what the catalog tells other apps when a list p
 from __future__ import annotations
 
 import logging
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -15,10 +16,12 @@ from django.conf import settings
 from django.db import transaction
 
 from audit.registry import PRICE_CHANGED
-from instances.data import ListPrice, gpu_reference, image_rows, list_prices
+from instances.data import ListPrice, gpu_reference, gpu_references, image_rows, list_prices
 from instances.models import (
+    COMPUTE_SLICES,
     Image,
     InstanceType,
+    MigProfile,
 )
 from instances.providers import get_provider
 from instances.providers.base import (
@@ -26,6 +29,8 @@ from instances.providers.base import (
 )
 
 log = logging.getLogger(__name__)
+# A MIG profile's name: its compute slices ("3g") and its memory ("40gb").
+MIG_NAME = re.compile(r"([1-7])g\.([0-9]+)gb")
 
 
 # What the catalog tells other apps goes through the registry (docs/design.md rule 9: a later
@@ -136,6 +141,38 @@ def instance_type_sync(
     return report
 
 
+def mig_profiles_sync() -> int:
+    """The MIG profiles of every GPU the reference knows (instances/data/gpus.json): created
+    with the share of the GPU's price its compute slices make (3g: 3/7), their sizes kept
+    current; a share an admin set is kept. Returns how many rows were created."""
+    created = 0
+    for gpu in gpu_references():
+        for position, (name, per_gpu) in enumerate(gpu.mig_per_gpu):
+            compute, memory = MIG_NAME.fullmatch(name).groups()
+            _, made = MigProfile.objects.update_or_create(
+                gpu_model=gpu.model,
+                gpu_memory_gib=gpu.memory_gib,
+                name=name,
+                defaults={
+                    "compute_slices": int(compute),
+                    "memory_gb": int(memory),
+                    "per_gpu": per_gpu,
+                    "position": position,
+                },
+                create_defaults={
+                    "compute_slices": int(compute),
+                    "memory_gb": int(memory),
+                    "per_gpu": per_gpu,
+                    "position": position,
+                    "price_share": (Decimal(int(compute)) / COMPUTE_SLICES).quantize(
+                        Decimal("0.0001")
+                    ),
+                },
+            )
+            created += made
+    return created
+
+
 @dataclass
 class CatalogSync:
     """What a sync did: the types' report, the images' states, and a sentence for each image
@@ -162,6 +199,7 @@ def catalog_sync(
     report = instance_type_sync(
         provider=provider, specs=specs, prices=prices, deactivate_missing=not keep_missing
     )
+    mig_profiles_sync()
     usable, left_out = [], []
     for row in rows:
         image_id = row["provider_image_ids"].get(region)

@@ -11,6 +11,7 @@ from instances.models import (
     Image,
     InstanceType,
 )
+from instances.selectors.mig import mig_slices
 from portal import permissions
 
 SORTS = [
@@ -32,8 +33,18 @@ def catalog(request: HttpRequest) -> HttpResponse:
     valid = filterset.is_valid()
     cards = []
     if valid:
-        for instance_type in filterset.qs:
-            cards.append({"type": instance_type, "images": instance_type.compatible_images(images)})
+        types = list(filterset.qs)
+        slices: dict = {}
+        for piece in mig_slices(types):
+            slices.setdefault(piece.instance_type.pk, []).append(piece)
+        for instance_type in types:
+            cards.append(
+                {
+                    "type": instance_type,
+                    "images": instance_type.compatible_images(images),
+                    "slices": slices.get(instance_type.pk, []),
+                }
+            )
     offered = InstanceType.objects.offered()
     gpu_models = sorted(set(offered.values_list("gpu_model", flat=True)))
     gpu_counts = sorted(set(offered.values_list("gpu_count", flat=True)))

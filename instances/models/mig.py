@@ -1,0 +1,53 @@
+"""instances/models/mig.py: MIG slices in the catalog. A MIG-capable GPU (A100, H100, H200 and
+their kin) splits into up to seven isolated instances; each profile ("1g.10gb": one of seven
+compute slices and 10 GB) is a slice a researcher will order without a whole GPU. The rows come
+from instances/data/gpus.json (sync_catalog); an admin sets each profile's share of the GPU's
+price."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+
+# A MIG-capable GPU has seven compute slices; a profile "Ng.Mgb" takes N of them.
+COMPUTE_SLICES = 7
+
+
+class MigProfile(models.Model):
+    gpu_model = models.CharField(max_length=32)
+    gpu_memory_gib = models.PositiveIntegerField(help_text="The GPU's memory: which GPU it is")
+    name = models.CharField(max_length=16, help_text='NVIDIA\'s profile name, e.g. "1g.10gb"')
+    compute_slices = models.PositiveSmallIntegerField(
+        validators=[MinValueValidator(1), MaxValueValidator(COMPUTE_SLICES)]
+    )
+    memory_gb = models.PositiveIntegerField(help_text="The slice's memory, as its name says")
+    per_gpu = models.PositiveSmallIntegerField(
+        validators=[MinValueValidator(1), MaxValueValidator(COMPUTE_SLICES)],
+        help_text="How many slices of this profile one GPU holds (NVIDIA's table)",
+    )
+    price_share = models.DecimalField(
+        max_digits=5,
+        decimal_places=4,
+        validators=[MinValueValidator(Decimal("0.0001")), MaxValueValidator(Decimal("1"))],
+        help_text="Its share of one GPU's price per hour (sync sets compute slices / 7; an "
+        "admin may set another)",
+    )
+    position = models.PositiveSmallIntegerField(default=0, help_text="Its place in the list")
+
+    class Meta:
+        ordering = ["gpu_model", "gpu_memory_gib", "position"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["gpu_model", "gpu_memory_gib", "name"], name="mig_profile_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.gpu_model} {self.gpu_memory_gib} GB {self.name}"
+
+    @property
+    def gpu_equivalents(self) -> Decimal:
+        """What it counts for in quotas: its compute slices of seven (a 1g is 1/7 GPU)."""
+        return Decimal(self.compute_slices) / COMPUTE_SLICES

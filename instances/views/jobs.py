@@ -115,7 +115,7 @@ def job_new(request: HttpRequest) -> HttpResponse:
                 max_restarts=data["max_restarts"],
                 retry_exit_codes=data["retry_exit_codes"],
                 keep_host_minutes=data["keep_host_minutes"],
-                nodes=data["nodes"] or 1,
+                nodes=1 if data["nodes"] is None else data["nodes"],
                 # Read up to one byte past the cap: the service says it is over (it never
                 # holds more than that in memory).
                 workdir=upload.read(settings.PORTAL_JOB_WORKDIR_MAX_BYTES + 1)

@@ -138,8 +138,9 @@ def test_an_interrupted_node_alone_is_replaced_and_the_next_run_starts_on_every_
     start(agents, runs)
     SimulatedProvider().warn(nodes[1].cloud_id)
     services.spot_events_drain()
+    # Both ranks hear "stop": a worker whose peer is going cannot go on alone.
     assert log(agents[1], runs[1], 0, b"epoch 3 saved\n")["stop"] is True
-    assert log(agents[0], runs[0], 0, b"epoch 3 saved\n")["stop"] is False  # not yet
+    assert log(agents[0], runs[0], 0, b"epoch 3 saved\n")["stop"] is True
     exit_(agents[1], runs[1], exit_code=None, signal="SIGTERM", stopped=True, interrupted=True)
     job.refresh_from_db()
     assert job.status == J.RECOVERING and job.recoveries == 1
@@ -286,3 +287,99 @@ def test_a_cluster_job_is_admitted_for_all_its_nodes_and_a_rerun_keeps_them(subm
     assert all(log(agent, run, 0, b"")["stop"] for agent, run in zip(agents, runs, strict=True))
     rerun = api_as(alice).post(f"/api/v1/jobs/{job.pk}/rerun/").json()
     assert rerun["nodes"] == 3
+
+
+def test_a_worker_failing_because_its_peer_is_taken_back_is_a_recovery_not_a_failure(submit):
+    """Rank 1's host is warned; rank 0's worker dies first (its peer went away) and its agent
+    reports exit 1 before rank 1's reports the interruption: the job recovers, as from the
+    interruption, without spending a restart."""
+    job = submit(nodes=2, market="spot", max_restarts=0)
+    nodes = launch(job)
+    agents, runs = hand_out(nodes)
+    start(agents, runs)
+    SimulatedProvider().warn(nodes[1].cloud_id)
+    services.spot_events_drain()
+    exit_(agents[0], runs[0], exit_code=1)
+    job.refresh_from_db()
+    assert job.status == J.RECOVERING and job.recoveries == 1 and job.restarts == 0
+    assert f"host {nodes[1].name} (rank 1) is being taken back" in job.status_reason
+    assert "rank 0 ended with exit code 1" in job.status_reason
+    exit_(agents[1], runs[1], exit_code=None, signal="SIGTERM", stopped=True, interrupted=True)
+    job.refresh_from_db()
+    assert job.status == J.RECOVERING and job.recoveries == 1
+    assert nodes[1].replacements.count() == 1 and not nodes[0].replacements.exists()
+
+
+def test_a_node_its_owner_terminates_under_a_run_is_replaced_and_the_run_restarted(
+    submit, api_as, alice
+):
+    job = submit(nodes=2, market="on_demand")
+    nodes = launch(job)
+    agents, runs = hand_out(nodes)
+    start(agents, runs)
+    assert api_as(alice).post(f"/api/v1/instances/{nodes[1].pk}/terminate/").status_code == 202
+    # Rank 1's agent is told to stop, and so is rank 0's: the run cannot go on without it.
+    assert log(agents[1], runs[1], 0, b"")["stop"] is True
+    assert log(agents[0], runs[0], 0, b"")["stop"] is True
+    exit_(agents[1], runs[1], exit_code=None, signal="SIGTERM", stopped=True)
+    exit_(agents[0], runs[0], exit_code=None, signal="SIGTERM", stopped=True)
+    services.instance_sync(instance_id=nodes[1].pk)
+    job.refresh_from_db()
+    assert job.status == J.RUNNING  # no agent said what became of the run: the pass does
+    assert jobs_pass()["host_lost"] == 1
+    job.refresh_from_db()
+    assert job.status == J.RECOVERING and job.recoveries == 1
+    assert nodes[1].replacements.get().rank == 1
+
+
+def test_two_nodes_lost_at_once_are_one_recovery_and_both_replaced(submit, api_as, alice):
+    job = submit(nodes=3, market="on_demand", max_recoveries=1)
+    nodes = launch(job)
+    agents, runs = hand_out(nodes)
+    start(agents, runs)
+    SimulatedProvider().kill(nodes[1].cloud_id)
+    services.instance_sync(instance_id=nodes[1].pk)
+    # Its owner stops another node from its page.
+    assert api_as(alice).post(f"/api/v1/instances/{nodes[2].pk}/stop/").status_code == 202
+    services.instance_sync(instance_id=nodes[2].pk)
+    assert Instance.objects.get(pk=nodes[2].pk).status in (H.STOPPING, H.STOPPED)
+    assert jobs_pass()["host_lost"] == 1
+    job.refresh_from_db()
+    assert job.status == J.RECOVERING and job.recoveries == 1
+    assert nodes[1].replacements.get().rank == 1
+    assert nodes[2].replacements.get().rank == 2
+    # The stopped node ends: the job runs on its replacement.
+    assert Instance.objects.get(pk=nodes[2].pk).status == H.TERMINATING
+    assert set(job.runs.filter(number=1, rank__in=[1, 2]).values_list("outcome", flat=True)) == {
+        "lost"
+    }
+    assert not any(jobs_pass().values())
+    job.refresh_from_db()
+    assert job.status == J.RECOVERING and job.recoveries == 1
+
+
+def test_a_run_whose_agent_never_reports_the_stop_stops_holding_back_the_next(submit, clock):
+    job = submit(nodes=2, market="on_demand", max_restarts=1, grace_seconds=30)
+    nodes = launch(job)
+    agents, runs = hand_out(nodes)
+    start(agents, runs)
+    exit_(agents[0], runs[0], exit_code=3)  # a restart; rank 1's agent is gone
+    assert agents[0].ask().status_code == 204
+    clock.shift(timedelta(minutes=5, seconds=20))
+    assert jobs_pass()["stale_runs"] == 0
+    clock.shift(timedelta(seconds=20))
+    assert jobs_pass()["stale_runs"] == 1
+    assert job.runs.get(number=1, rank=1).outcome == "stopped"
+    assert agents[0].ask().json()["run"] == 2
+
+
+def test_progress_bars_keep_their_rank(submit, api_as, alice):
+    job = submit(nodes=2, market="on_demand")
+    agents, runs = hand_out(launch(job))
+    start(agents, runs)
+    log(agents[0], runs[0], 0, b"1/10 ===\r")
+    log(agents[1], runs[1], 0, b"up\r\n")
+    log(agents[0], runs[0], 9, b"2/10 ===\r\n")
+    text = api_as(alice).get(f"/api/v1/jobs/{job.pk}/logs/").json()["text"]
+    body = text.split("===\n", 1)[1]
+    assert body == "[rank 0] 1/10 ===\r[rank 1] up\r\n[rank 0] 2/10 ===\r\n"

@@ -72,6 +72,7 @@ def test_a_job_submitted_from_the_page_lands_on_its_page(alice, catalog):
         ({"retry_exit_codes": "a, b"}, "retry_exit_codes", "as numbers"),
         ({"image": "tf-2.9-cuda11.2"}, "image", ""),
         ({"nodes": "17"}, "nodes", "2 to 16 (a cluster job"),
+        ({"nodes": "0"}, "nodes", "2 to 16 (a cluster job"),
         ({"nodes": "two"}, "nodes", "whole number"),
     ],
 )

@@ -12,10 +12,11 @@ from collections import defaultdict
 from datetime import timedelta
 
 from django.db import transaction
-from django.db.models import OuterRef, Q, Subquery
+from django.db.models import DateTimeField, ExpressionWrapper, F, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from instances.models import Instance, InterruptionPolicy, Job, JobMarket, JobRun, Order
+from instances.services.hosts import instances_end
 from instances.services.jobs.lifecycle import ACTOR, job_host_release, job_note, job_transition
 from instances.services.spot_recovery import REFUSED, replacement_start
 
@@ -68,6 +69,15 @@ def job_recover(
         host=host,
         recoveries=job.recoveries + 1,
     )
+    return _replace(job, host, interruption=interruption)
+
+
+def _replace(job: Job, host: Instance, *, interruption: bool = False) -> Job:
+    """Start the replacement of ``host`` for a recovering job (the recovery counted already);
+    the job fails when none can start. A cluster node its owner stopped ends first (the job
+    runs on the replacement; the stopped node would hold its quota and disk)."""
+    if host.rank is not None and host.status in (Instance.Status.STOPPING, Instance.Status.STOPPED):
+        instances_end([host], reason=f"job {job.name} replaces this stopped node", actor=ACTOR)
     replacement = replacement_start(
         instance_id=host.pk,
         why="interruption warning" if interruption else "job recovery",
@@ -106,6 +116,7 @@ def jobs_pass(*, now=None) -> dict[str, int]:
     rule holds for are locked, read again and repaired."""
     now = now or timezone.now()
     moved = {"order_ended": 0, "host_lost": 0, "no_host": 0, "time_limit": 0, "released": 0}
+    moved["stale_runs"] = _stale_runs_end(now)
     live = list(
         Job.objects.filter(status__in=LIVE_JOB)
         .select_related("order", "host")
@@ -138,30 +149,59 @@ def jobs_pass(*, now=None) -> dict[str, int]:
     return moved
 
 
+# A run that lost its node: closed as lost by the host's end, or not succeeded on a host that
+# is no longer running (open, or stopped there: its owner stopped or ended the host).
+LOST_RUN = Q(outcome=JobRun.Outcome.LOST) | (
+    ~Q(outcome=JobRun.Outcome.SUCCEEDED) & ~Q(host__status=Instance.Status.RUNNING)
+)
+# A run left open this long after its job stopped running (past its grace): its agent is gone
+# with the stop unreported, and the run no longer holds back the next one.
+STALE_RUN_AFTER = timedelta(minutes=5)
+
+
 def _lost_ranks(job_ids: list) -> set:
-    """The jobs whose current run lost a node: a run of its last number that a host's end
-    closed as lost, or that is open on a host no longer running (one query)."""
+    """The jobs whose current run (its last number) lost a node (LOST_RUN; one query)."""
     if not job_ids:
         return set()
     last = JobRun.objects.filter(job=OuterRef("job")).order_by("-number").values("number")[:1]
     return set(
         JobRun.objects.filter(job_id__in=job_ids, number=Subquery(last))
-        .filter(
-            Q(outcome=JobRun.Outcome.LOST)
-            | Q(ended_at__isnull=True) & ~Q(host__status=Instance.Status.RUNNING)
-        )
+        .filter(LOST_RUN)
         .values_list("job_id", flat=True)
     )
 
 
+def _stale_runs_end(now) -> int:
+    """End as stopped the runs still open on a live host whose job left starting and running
+    more than its grace and STALE_RUN_AFTER ago (a cluster job's next run waits for them)."""
+    return JobRun.objects.filter(
+        ended_at__isnull=True,
+        job__status__in=(Job.Status.PENDING, Job.Status.RECOVERING),
+        job__status_changed_at__lt=ExpressionWrapper(
+            now - STALE_RUN_AFTER - F("job__grace_seconds") * timedelta(seconds=1),
+            output_field=DateTimeField(),
+        ),
+    ).update(ended_at=now, outcome=JobRun.Outcome.STOPPED)
+
+
+# A cluster node that can take a run again: not ending, and not stopped (a stopped node of a
+# waiting cluster job is replaced, or the cluster would never be whole).
+NODE_USABLE = Instance.LIVE - {
+    Instance.Status.STOPPING,
+    Instance.Status.STOPPED,
+    Instance.Status.TERMINATING,
+}
+
+
 def _dead_rank(hosts: list[Instance]) -> list[Instance] | None:
-    """The hosts of the first rank (a job of one host: the only one) whose every host ended,
-    or None while each rank has a live host."""
+    """The hosts of the first rank (a job of one host: the only one) whose every host ended
+    (a cluster's: none usable), or None while each rank has one."""
     ranks: dict = defaultdict(list)
     for host in hosts:
         ranks[host.rank].append(host)
     for rank in sorted(ranks, key=lambda rank: -1 if rank is None else rank):
-        if not any(host.status in Instance.LIVE for host in ranks[rank]):
+        alive = Instance.LIVE if rank is None else NODE_USABLE
+        if not any(host.status in alive for host in ranks[rank]):
             return ranks[rank]
     return None
 
@@ -189,18 +229,15 @@ def _rule(job: Job, now, hosts: list[Instance], lost: set) -> str | None:
     return None
 
 
-def _lost_run(job: Job) -> tuple[Instance, JobRun | None]:
-    """The host the job's current run lost, and its run there: the job's host when it is no
-    longer running, else the first node of the run that was lost."""
+def _lost_runs(job: Job) -> list[tuple[Instance, JobRun | None]]:
+    """The hosts the job's current run lost, each with its run there (LOST_RUN), in rank
+    order; the job's host alone when no run says more (it is no longer running)."""
     last = job.runs.order_by("-number").values_list("number", flat=True).first()
-    gang = job.runs.filter(number=last).select_related("host").order_by("rank")
-    if job.host is None or job.host.status == Instance.Status.RUNNING:
-        for run in gang:
-            if run.outcome == JobRun.Outcome.LOST or (
-                run.ended_at is None and run.host.status != Instance.Status.RUNNING
-            ):
-                return run.host, run
-    return job.host, next((run for run in gang if run.host_id == job.host_id), None)
+    lost = job.runs.filter(number=last).filter(LOST_RUN).select_related("host").order_by("rank")
+    found = [(run.host, run) for run in lost]
+    if found:
+        return found
+    return [(job.host, job.runs.filter(number=last, host=job.host).first())]
 
 
 def _repair(job: Job, now, rule: str | None, hosts: list[Instance]) -> str | None:
@@ -224,23 +261,31 @@ def _repair(job: Job, now, rule: str | None, hosts: list[Instance]) -> str | Non
         )
         return "time_limit"
     if rule == "host_lost":
-        host, run = _lost_run(job)
-        # (A host that ended closed the run as it did: JobRunQuerySet.end_with_host.)
-        if run is not None and run.ended_at is None:
-            JobRun.objects.filter(pk=run.pk).update(ended_at=now, outcome=JobRun.Outcome.LOST)
+        lost = _lost_runs(job)
+        for _, run in lost:
+            # (A host that ended closed the run as it did: JobRunQuerySet.end_with_host.)
+            if run is not None and run.ended_at is None:
+                JobRun.objects.filter(pk=run.pk).update(ended_at=now, outcome=JobRun.Outcome.LOST)
+        host, run = lost[0]
         of_rank = f" (rank {run.rank})" if run is not None and job.nodes > 1 else ""
-        job_recover(
+        job = job_recover(
             job=job,
             host=host,
             reason=f"host {host.name}{of_rank} was lost under run {run.number if run else '?'} "
             f"({host.get_status_display().lower()}: {host.status_reason or 'no reason given'})",
         )
+        # One loss, one recovery: the run's other lost nodes are replaced within it.
+        for other, _ in lost[1:]:
+            if job.status == Job.Status.RECOVERING and other.replaced_by is None:
+                job = _replace(job, other)
         return "host_lost"
     if rule != "no_live_host":
         return None
     last = max(_dead_rank(hosts) or hosts, key=lambda h: (h.created_at, str(h.pk)))
     if job.status == Job.Status.RECOVERING and last.replaced_by is None:
-        job = job_recover(job=job, host=last, reason=f"host {last.name} ended")
+        # The recovery it waits in was counted when it began: this host is replaced within it.
+        job_note(job=job, note=f"host {last.name} ended while the job waited", host=last)
+        job = _replace(job, last)
         if job.status == Job.Status.RECOVERING:
             return "host_lost"
     taken_back = last.events.filter(new_status=Instance.Status.INTERRUPTED).exists()

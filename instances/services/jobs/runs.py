@@ -99,11 +99,29 @@ def _leaving(host: Instance) -> bool:
     return host.spot_interruption_at is not None or host.status != Instance.Status.RUNNING
 
 
-def _must_stop(job: Job, host: Instance) -> bool:
+def _must_stop(job: Job, host: Instance, number: int | None = None) -> bool:
     """The agent stops the command (signal, grace, kill) when its run is over for the job (the
     job ended, or is recovering: another node of its cluster lost or failed the run) or its
-    host is leaving."""
-    return job.status not in RUNS or _leaving(host)
+    host is leaving; on a cluster, as soon as any node of run ``number`` is leaving."""
+    if job.status not in RUNS or _leaving(host):
+        return True
+    return number is not None and job.nodes > 1 and _gang_leaving(job, number) is not None
+
+
+def _gang_leaving(job: Job, number: int) -> JobRun | None:
+    """The first rank's run of run ``number`` whose node is leaving (warned, or no longer
+    running) or that ended interrupted or lost; None while every node is sound."""
+    gang = job.runs.filter(number=number).select_related("host").order_by("rank")
+    for run in gang:
+        if _leaving(run.host) or run.outcome in (JobRun.Outcome.INTERRUPTED, JobRun.Outcome.LOST):
+            return run
+    return None
+
+
+def _leaving_how(host: Instance) -> str:
+    if host.spot_interruption_at is not None:
+        return "being taken back by the cloud"
+    return host.get_status_display().lower()
 
 
 def _gang(job: Job, host: Instance) -> list[Instance] | None:
@@ -143,7 +161,7 @@ def job_assignment(*, host: Instance) -> Assignment | None:
         host = Instance.objects.get(pk=host.pk)  # as it is now, under the job's lock
         current = job.runs.filter(host=host, ended_at__isnull=True).order_by("-number").first()
         if current is not None:
-            return Assignment(job, current, _must_stop(job, host))
+            return Assignment(job, current, _must_stop(job, host, current.number))
         if job.status not in (Job.Status.PENDING, Job.Status.RECOVERING) or _leaving(host):
             return None
         if job.runs.filter(ended_at__isnull=True).exists():
@@ -220,7 +238,7 @@ def job_run_started(*, host: Instance, job_id, number: int, pid: int) -> bool:
                 actor=ACTOR,
                 host=host if nodes == 1 else job.host,
             )
-        return _must_stop(job, host)
+        return _must_stop(job, host, number)
 
 
 def _log_append(job: Job, data: bytes) -> int:
@@ -250,11 +268,14 @@ def _behind_rank(job: Job, run: JobRun, data: bytes) -> bytes:
         and job.runs.filter(log_open_at=job.log_bytes).exclude(pk=run.pk).exists()
     )
     prefix = f"[rank {run.rank}] ".encode()
+    # A line's end is "\n", "\r\n" or "\r" (a progress bar redrawing itself); an end alone (the
+    # "\n" of a "\r\n" cut across two chunks, an empty line) takes no prefix.
     kept = (b"\n" if theirs else b"") + b"".join(
-        line if index == 0 and ours else prefix + line
+        line if (index == 0 and ours) or not line.strip(b"\r\n") else prefix + line
         for index, line in enumerate(data.splitlines(keepends=True))
     )
-    run.log_open_at = None if data.endswith(b"\n") else job.log_bytes + len(kept)
+    ended = data.endswith((b"\n", b"\r"))
+    run.log_open_at = None if ended else job.log_bytes + len(kept)
     return kept
 
 
@@ -279,7 +300,11 @@ def job_log_append(*, host: Instance, job_id, number: int, offset: int, data: by
             JobRun.objects.filter(pk=run.pk).update(
                 log_received=received, log_open_at=run.log_open_at
             )
-        return {"offset": received, "stop": _must_stop(job, host), "capped": job.log_capped}
+        return {
+            "offset": received,
+            "stop": _must_stop(job, host, number),
+            "capped": job.log_capped,
+        }
 
 
 def job_run_exited(
@@ -325,6 +350,18 @@ def job_run_exited(
         elif next_step == "succeed" and gang.exclude(outcome=JobRun.Outcome.SUCCEEDED).exists():
             next_step = None
             job_note(job=job, note=f"run {number}: rank {run.rank} exited 0", host=host)
+        elif next_step == "fail" and job.nodes > 1 and (peer := _gang_leaving(job, number)):
+            # Its peer's node is leaving: the failure is the loss's (a worker whose peer went
+            # away fails), and the job recovers as from the loss, not spending a restart.
+            job = job_recover(
+                job=job,
+                host=peer.host,
+                reason=f"host {peer.host.name} (rank {peer.rank}) is "
+                f"{_leaving_how(peer.host)}; run {number} was stopped on every node (rank "
+                f"{run.rank} ended with {said})",
+                interruption=peer.host.spot_interruption_at is not None,
+            )
+            next_step = None
         on = f"host {host.name}" if job.nodes == 1 else f"host {host.name} (rank {run.rank})"
         if next_step == "succeed":
             job, _ = job_transition(

@@ -33,7 +33,7 @@ from instances.models.jobs import (
     JobWorkdir,
 )
 from instances.models.leases import LeaseNotice
-from instances.models.mig import COMPUTE_SLICES, MigProfile
+from instances.models.mig import COMPUTE_SLICES, MigProfile, MigSlot
 from instances.models.notebooks import Notebook
 from instances.models.orders import (
     InterruptionPolicy,
@@ -83,6 +83,7 @@ __all__ = [
     "LeaseNotice",
     "Market",
     "MigProfile",
+    "MigSlot",
     "Notebook",
     "Order",
     "OrderEvent",

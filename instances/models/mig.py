@@ -51,3 +51,45 @@ class MigProfile(models.Model):
     def gpu_equivalents(self) -> Decimal:
         """What it counts for in quotas: its compute slices of seven (a 1g is 1/7 GPU)."""
         return Decimal(self.compute_slices) / COMPUTE_SLICES
+
+
+class MigSlot(models.Model):
+    """One slice of a shared MIG host's layout: GPU ``gpu_index``'s slice ``index`` of
+    ``profile``, its device's UUID (what CUDA_VISIBLE_DEVICES names), and the slice record that
+    holds it (a host record of a slice order), or none. A host's layout is fixed: every GPU
+    split alike, set while no slice is taken (instances/services/mig.py)."""
+
+    host = models.ForeignKey(
+        "instances.Instance", on_delete=models.CASCADE, related_name="mig_slots"
+    )
+    profile = models.ForeignKey(MigProfile, on_delete=models.PROTECT, related_name="+")
+    gpu_index = models.PositiveSmallIntegerField()
+    index = models.PositiveSmallIntegerField()
+    device_uuid = models.CharField(max_length=64, unique=True)
+    # One slot a holder, one holder a slot: a slice is never given to two.
+    holder = models.OneToOneField(
+        "instances.Instance",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="mig_slot",
+    )
+    taken_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["host", "gpu_index", "index"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["host", "gpu_index", "index"], name="mig_slot_unique_place"
+            )
+        ]
+        indexes = [
+            models.Index(
+                fields=["profile", "id"],
+                condition=models.Q(holder__isnull=True),
+                name="mig_slot_free",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.profile.name} {self.gpu_index}/{self.index} on {self.host_id}"

@@ -28,20 +28,17 @@ class MigSlice:
     def compute_share(self) -> str:
         return f"{self.profile.compute_slices}/{COMPUTE_SLICES}"
 
-    def _of_gpu(self, host_price: Decimal | None) -> Decimal | None:
-        if host_price is None:
-            return None
-        per_gpu = host_price / self.instance_type.gpu_count
-        return (per_gpu * self.profile.price_share).quantize(MICRO)
+    def _share(self, per_gpu: Decimal | None) -> Decimal | None:
+        return None if per_gpu is None else (per_gpu * self.profile.price_share).quantize(MICRO)
 
     @property
     def on_demand_price_per_hour(self) -> Decimal:
-        return self._of_gpu(self.instance_type.on_demand_price_per_hour)
+        return self._share(self.instance_type.price_per_gpu_hour)
 
     @property
     def spot_price_per_hour(self) -> Decimal | None:
         kind = self.instance_type
-        return self._of_gpu(kind.spot_price_per_hour) if kind.spot_offered else None
+        return self._share(kind.spot_price_per_gpu_hour) if kind.spot_offered else None
 
 
 def mig_slices(types) -> list[MigSlice]:

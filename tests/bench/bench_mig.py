@@ -5,53 +5,10 @@ from __future__ import annotations
 
 import statistics
 import time
-import uuid
 
 HOSTS = 200
 FEW = 20  # 1,120 slices: room for every placement
 PLACEMENTS = 1000
-
-
-def host_records(user, project, n: int, *, kind: str, status: str = "running"):
-    """``n`` host records of ``kind`` in one order of ``project``, in ``status``, as fast as
-    the ORM makes them (no cloud; tests/instances/test_mig_slots.py uses them too)."""
-    from django.conf import settings
-
-    from instances.models import Image, Instance, InstanceType, Order
-
-    itype = InstanceType.objects.get(name=kind)
-    image = Image.objects.get(name="tf-2.17-cuda12.3")
-    order = Order.objects.create(
-        requester=user,
-        project=project,
-        instance_type=itype,
-        image=image,
-        market="on_demand",
-        count=n,
-        lease_hours=24,
-        region=settings.PORTAL_REGION,
-        ssh_public_key="ssh-ed25519 AAAA bench",
-        ssh_key_fingerprint="SHA256:bench",
-        quoted_price_per_hour=itype.on_demand_price_per_hour,
-    )
-    rows = []
-    for _ in range(n):
-        pk = uuid.uuid4()
-        rows.append(
-            Instance(
-                id=pk,
-                order=order,
-                project=project,
-                owner=user,
-                instance_type=itype,
-                image=image,
-                market="on_demand",
-                region=settings.PORTAL_REGION,
-                status=status,
-                client_token=f"portal-{pk.hex}",
-            )
-        )
-    return Instance.objects.bulk_create(rows, batch_size=500)
 
 
 def _place_all(user, project, profile, hosts: int) -> tuple[list[float], list[int]]:
@@ -60,6 +17,7 @@ def _place_all(user, project, profile, hosts: int) -> tuple[list[float], list[in
 
     from instances.models import Instance, MigSlot, Order
     from instances.services.mig import mig_layout_set, mig_slice_place
+    from tests.bench.bench_orders import host_records
 
     MigSlot.objects.all().delete()
     Instance.objects.all().delete()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 import time
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 
 from django.conf import settings
@@ -106,12 +107,19 @@ def _order_to_launch_through_worker(user: User, runs: int) -> list[float]:
     return samples
 
 
-def make_instances(user: User, project: Project, n: int) -> None:
-    Instance.objects.all().delete()
-    Order.objects.all().delete()
-    itype = InstanceType.objects.get(name="g5.xlarge")
+def host_records(
+    user: User,
+    project: Project,
+    n: int,
+    *,
+    kind: str = "g5.xlarge",
+    status: str = "running",
+    each: Callable[[int], dict] | None = None,
+) -> list[Instance]:
+    """``n`` host records of ``kind`` in one order of ``project``, in ``status``, as fast as the
+    ORM makes them (no cloud); ``each(k)`` gives the k-th row's other fields."""
+    itype = InstanceType.objects.get(name=kind)
     image = Image.objects.get(name="tf-2.17-cuda12.3")
-    now = timezone.now()
     order = Order.objects.create(
         requester=user,
         project=project,
@@ -138,14 +146,29 @@ def make_instances(user: User, project: Project, n: int) -> None:
                 image=image,
                 market="on_demand",
                 region=settings.PORTAL_REGION,
-                status="running",
-                status_changed_at=now - timedelta(minutes=k),
+                status=status,
                 client_token=f"portal-{pk.hex}",
-                cloud_id=f"i-bench{k:010d}",
-                public_ip="198.51.100.7",
+                **(each(k) if each else {}),
             )
         )
-    Instance.objects.bulk_create(rows, batch_size=500)
+    return Instance.objects.bulk_create(rows, batch_size=500)
+
+
+def make_instances(user: User, project: Project, n: int) -> None:
+    """``n`` running g5.xlarge hosts, each with its three events, in place of every host."""
+    Instance.objects.all().delete()
+    Order.objects.all().delete()
+    now = timezone.now()
+    rows = host_records(
+        user,
+        project,
+        n,
+        each=lambda k: {
+            "status_changed_at": now - timedelta(minutes=k),
+            "cloud_id": f"i-bench{k:010d}",
+            "public_ip": "198.51.100.7",
+        },
+    )
     events = []
     for row in rows:
         events += [

@@ -43,7 +43,10 @@ def test_the_reference_gives_every_mig_gpu_its_profiles(catalog):
 
 
 def test_a_slice_costs_its_share_of_one_gpus_price_on_demand_and_spot(api_as, alice, catalog):
+    # The spot price of the moment, as the spot-price pass records it; then no spot price.
+    InstanceType.objects.filter(name="p4d.24xlarge").update(spot_price_per_hour=Decimal("12.60"))
     p4d = InstanceType.objects.get(name="p4d.24xlarge")
+    assert p4d.spot_offered
     listed = {row["profile"]: row for row in slices(api_as(alice), instance_type="p4d.24xlarge")}
     assert list(listed) == ["1g.5gb", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"]
     one = listed["1g.5gb"]
@@ -53,11 +56,11 @@ def test_a_slice_costs_its_share_of_one_gpus_price_on_demand_and_spot(api_as, al
     )
     assert (one["compute_share"], one["memory_gb"], one["per_gpu"]) == ("1/7", 5, 7)
     assert one["per_host"] == 7 * p4d.gpu_count and one["gpu_model"] == "A100"
-    if p4d.spot_offered and p4d.spot_price_per_hour is not None:
-        spot = (p4d.spot_price_per_hour / p4d.gpu_count * Decimal("0.1429")).quantize(
-            Decimal("0.000001")
-        )
-        assert Decimal(one["spot_price_per_hour"]) == spot
+    # 12.60 / 8 GPUs x 0.1429
+    assert Decimal(one["spot_price_per_hour"]) == Decimal("0.225068")
+    InstanceType.objects.filter(name="p4d.24xlarge").update(spot_price_per_hour=None)
+    again = slices(api_as(alice), instance_type="p4d.24xlarge")[0]
+    assert again["spot_price_per_hour"] is None
     # A whole GPU's slice costs the GPU's price.
     assert Decimal(listed["7g.40gb"]["on_demand_price_per_hour"]) == per_gpu.quantize(
         Decimal("0.000001")

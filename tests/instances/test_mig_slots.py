@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from instances.models import Instance, MigProfile, MigSlot
 from instances.services.mig import mig_layout_set, mig_slice_place, mig_slice_release
 from portal.lib.errors import Conflict
-from tests.bench.bench_mig import host_records
+from tests.bench.bench_orders import host_records
 
 S = Instance.Status
 

@@ -119,8 +119,8 @@ def jobs_pass(*, now=None) -> dict[str, int]:
     moved["stale_runs"] = _stale_runs_end(now)
     live = list(
         Job.objects.filter(status__in=LIVE_JOB)
-        .select_related("order", "host")
-        .only("status", "started_at", "time_limit_minutes", "order__status", "host__status")
+        .select_related("order")
+        .only("status", "started_at", "time_limit_minutes", "order__status")
     )
     waiting = [job.order_id for job in live if job.status not in RUNS]
     hosts: dict = defaultdict(list)
@@ -133,7 +133,7 @@ def jobs_pass(*, now=None) -> dict[str, int]:
         with transaction.atomic():
             job = (
                 Job.objects.select_for_update(of=("self",))
-                .select_related("order", "host")
+                .select_related("order")
                 .get(pk=screened.pk)
             )
             if job.is_ended:
@@ -172,8 +172,8 @@ def _lost_ranks(job_ids: list) -> set:
 
 
 def _stale_runs_end(now) -> int:
-    """End as stopped the runs still open on a live host whose job left starting and running
-    more than its grace and STALE_RUN_AFTER ago (a cluster job's next run waits for them)."""
+    """End as stopped the runs still open whose job left starting and running more than its
+    grace and STALE_RUN_AFTER ago (a cluster job's next run waits for them)."""
     return JobRun.objects.filter(
         ended_at__isnull=True,
         job__status__in=(Job.Status.PENDING, Job.Status.RECOVERING),
@@ -216,10 +216,7 @@ def _rule(job: Job, now, hosts: list[Instance], lost: set) -> str | None:
         return "time_limit"
     if job.status in RUNS:
         # Its run was handed to running hosts: one that is no longer running (taken back,
-        # stopped, ended) took the run with it.
-        host = job.host
-        if host is not None and host.status != Instance.Status.RUNNING:
-            return "host_lost"
+        # stopped, ended) took the run with it (LOST_RUN).
         return "host_lost" if job.pk in lost else None
     if order.status != Order.Status.PLACED:
         return None
@@ -229,15 +226,12 @@ def _rule(job: Job, now, hosts: list[Instance], lost: set) -> str | None:
     return None
 
 
-def _lost_runs(job: Job) -> list[tuple[Instance, JobRun | None]]:
-    """The hosts the job's current run lost, each with its run there (LOST_RUN), in rank
-    order; the job's host alone when no run says more (it is no longer running)."""
+def _lost_runs(job: Job) -> list[JobRun]:
+    """The runs of the job's current run that lost their node (LOST_RUN), in rank order."""
     last = job.runs.order_by("-number").values_list("number", flat=True).first()
-    lost = job.runs.filter(number=last).filter(LOST_RUN).select_related("host").order_by("rank")
-    found = [(run.host, run) for run in lost]
-    if found:
-        return found
-    return [(job.host, job.runs.filter(number=last, host=job.host).first())]
+    return list(
+        job.runs.filter(number=last).filter(LOST_RUN).select_related("host").order_by("rank")
+    )
 
 
 def _repair(job: Job, now, rule: str | None, hosts: list[Instance]) -> str | None:
@@ -262,22 +256,22 @@ def _repair(job: Job, now, rule: str | None, hosts: list[Instance]) -> str | Non
         return "time_limit"
     if rule == "host_lost":
         lost = _lost_runs(job)
-        for _, run in lost:
-            # (A host that ended closed the run as it did: JobRunQuerySet.end_with_host.)
-            if run is not None and run.ended_at is None:
-                JobRun.objects.filter(pk=run.pk).update(ended_at=now, outcome=JobRun.Outcome.LOST)
-        host, run = lost[0]
-        of_rank = f" (rank {run.rank})" if run is not None and job.nodes > 1 else ""
+        # (A host that ended closed its run as it did: JobRunQuerySet.end_with_host.)
+        JobRun.objects.filter(pk__in=[run.pk for run in lost], ended_at__isnull=True).update(
+            ended_at=now, outcome=JobRun.Outcome.LOST
+        )
+        run, host = lost[0], lost[0].host
+        of_rank = f" (rank {run.rank})" if job.nodes > 1 else ""
         job = job_recover(
             job=job,
             host=host,
-            reason=f"host {host.name}{of_rank} was lost under run {run.number if run else '?'} "
+            reason=f"host {host.name}{of_rank} was lost under run {run.number} "
             f"({host.get_status_display().lower()}: {host.status_reason or 'no reason given'})",
         )
         # One loss, one recovery: the run's other lost nodes are replaced within it.
-        for other, _ in lost[1:]:
-            if job.status == Job.Status.RECOVERING and other.replaced_by is None:
-                job = _replace(job, other)
+        for other in lost[1:]:
+            if job.status == Job.Status.RECOVERING and other.host.replaced_by is None:
+                job = _replace(job, other.host)
         return "host_lost"
     if rule != "no_live_host":
         return None

@@ -136,13 +136,6 @@ def _gang(job: Job, host: Instance) -> list[Instance] | None:
     return nodes if host.pk in {node.pk for node in nodes} else None
 
 
-def _where(hosts: list[Instance], market: str) -> str:
-    if len(hosts) == 1:
-        return f"host {hosts[0].name} ({market}"
-    names = ", ".join(f"{node.name} (rank {rank})" for rank, node in enumerate(hosts))
-    return f"{len(hosts)} nodes: {names} ({market}"
-
-
 def job_of_host(host: Instance) -> Job | None:
     return Job.objects.filter(order_id=host.order_id).first()
 
@@ -177,10 +170,13 @@ def job_assignment(*, host: Instance) -> Assignment | None:
             )
             for rank, node in enumerate(hosts)
         )
-        market = host.get_market_display().lower()
+        where = f"host {host.name}"
+        if len(hosts) > 1:
+            names = ", ".join(f"{node.name} (rank {rank})" for rank, node in enumerate(hosts))
+            where = f"{len(hosts)} nodes: {names}"
         header = (
-            f"=== run {number} on {_where(hosts, market)}, recovery {job.recoveries}) at "
-            f"{now:%Y-%m-%d %H:%M:%S} UTC ===\n"
+            f"=== run {number} on {where} ({host.get_market_display().lower()}, recovery "
+            f"{job.recoveries}) at {now:%Y-%m-%d %H:%M:%S} UTC ===\n"
         )
         _log_append(job, (("\n" if job.log_bytes else "") + header).encode())
         job, _ = job_transition(

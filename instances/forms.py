@@ -30,6 +30,7 @@ from instances.models import (
     Market,
     Placement,
 )
+from instances.selectors.mig import mig_slices
 from portal import permissions
 
 
@@ -195,11 +196,22 @@ class OrderForm(forms.Form):
         initial=InterruptionPolicy.NOTIFY,
         error_messages={"invalid_choice": "Choose what happens if the cloud takes it back."},
     )
+    mig_profile = forms.ChoiceField(
+        required=False,
+        error_messages={"invalid_choice": "Choose whole hosts or one of the slices listed."},
+    )
     # One key per rendered form: a double click or a resubmitted page places one order.
     submission = forms.UUIDField(widget=forms.HiddenInput, initial=uuid.uuid4)
 
     def __init__(self, *args, user, instance_type: InstanceType, **kwargs):
         super().__init__(*args, **kwargs)
+        self.fields["mig_profile"].choices = [("", "Whole hosts")] + [
+            (
+                s.profile.name,
+                f"{s.profile.name} slices · {s.compute_share} of a GPU, {s.profile.memory_gb} GB",
+            )
+            for s in (mig_slices([instance_type]) if settings.PORTAL_MIG_SLICES else [])
+        ]
         projects = permissions.orderable_projects(user)
         self.fields["project"].choices = [(p.slug, f"{p.name} ({p.slug})") for p in projects]
         self.fields["image"].choices = [

@@ -212,3 +212,11 @@ def autoscale() -> int:
 def start_notebook(notebook_id: str) -> str:
     """Start a host's JupyterLab (safe to run again: a notebook no longer starting is left)."""
     return services.notebook_launch(notebook_id=notebook_id).status
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)
+def follow_mig_host(host_id: str) -> int:
+    """A shared MIG host ran or ended: its slices follow it."""
+    if _missing(host_id):
+        return 0
+    return services.mig_host_follow(host_id=host_id)

@@ -254,6 +254,9 @@ def give_real_references(case, world: World, who: str) -> None:
             body["nodes"] = 2
         else:
             body.pop("nodes", None)
+        # A slice profile is a catalog name the server checks, on a portal that takes slices
+        # (tests/instances/test_mig_orders.py tries them).
+        body.pop("mig_profile", None)
     elif path == "/api/v1/jobs/" and method == "POST" and body is not None:
         kind, image = _pick(world.pairs, body.get("instance_type"))
         # A job's own rules (a command, variable names the portal does not set) are not the
@@ -363,6 +366,10 @@ def give_real_references(case, world: World, who: str) -> None:
         ):
             names = [name for name, _ in world.pairs]
             query["instance_type"] = _pick(names, query["instance_type"])
+        if path == "/api/v1/orders/estimate/":
+            query.pop("mig_profile", None)  # as the order's body above
+            if query.get("placement") == "cluster":
+                query["count"] = 2  # a cluster's nodes, as the order's body above
         if path == "/api/v1/instance-types/" and query.get("gpu_model"):
             # A GPU model is a name the server checks against the catalog, not a schema enum.
             drawn = query["gpu_model"]

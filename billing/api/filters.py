@@ -38,7 +38,9 @@ REPORT_PARAMETERS = [
     _day("start", "First UTC day (default: the 1st of this month)"),
     _day("end", "Last UTC day, included (default: today); not before start"),
     _choice(
-        "group_by", GROUPS, "Lines per project (default), user, type, GPU model, market or pool"
+        "group_by",
+        GROUPS,
+        "Lines per project (default), user, type, GPU model, market, pool or MIG slice profile",
     ),
     _choice("granularity", GRANULARITIES, f"Periods; day covers at most {MAX_DAYS_BY_DAY} days"),
     _text("project", "Only this project (slug)"),

@@ -36,6 +36,8 @@ class Usage(models.Model):
     # The id of the pool the host belonged to ("" for an ordinary order's host), for costs by
     # pool: text, not a foreign key, so "no pool" is a value every database keys on alike.
     pool_key = models.CharField(max_length=36, blank=True, default="")
+    # The MIG profile of a slice's row ("1g.10gb"; "" for a whole host), for costs by profile.
+    mig_profile = models.CharField(max_length=16, blank=True, default="")
     rule = models.CharField(max_length=40, help_text="The billing rule that priced the run")
     seconds = models.PositiveIntegerField(help_text="Seconds the host ran in this piece")
     billed_seconds = models.PositiveIntegerField(help_text="Seconds charged (minimum, waivers)")

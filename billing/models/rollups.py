@@ -34,6 +34,8 @@ class DailyRollup(models.Model):
     gpu_model = models.CharField(max_length=32)
     market = models.CharField(max_length=16, choices=Market.choices)
     pool_key = models.CharField(max_length=36, blank=True, default="")
+    # The MIG profile of a slice's row ("1g.10gb"; "" for a whole host), for costs by profile.
+    mig_profile = models.CharField(max_length=16, blank=True, default="")
     seconds = models.BigIntegerField()
     billed_seconds = models.BigIntegerField()
     gpu_seconds = models.BigIntegerField()
@@ -60,6 +62,7 @@ class DailyRollup(models.Model):
                     "gpu_model",
                     "market",
                     "pool_key",
+                    "mig_profile",
                 ],
                 name="rollup_unique_key",
             )
@@ -92,6 +95,8 @@ class RollupDelta(models.Model):
     gpu_model = models.CharField(max_length=32)
     market = models.CharField(max_length=16, choices=Market.choices)
     pool_key = models.CharField(max_length=36, blank=True, default="")
+    # The MIG profile of a slice's row ("1g.10gb"; "" for a whole host), for costs by profile.
+    mig_profile = models.CharField(max_length=16, blank=True, default="")
     seconds = models.BigIntegerField()
     billed_seconds = models.BigIntegerField()
     gpu_seconds = models.BigIntegerField()

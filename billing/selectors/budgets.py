@@ -21,6 +21,7 @@ from django.utils import timezone
 from billing.lib.money import SECONDS_PER_HOUR, dollars, micros
 from billing.lib.rules import month_end, month_of, next_month
 from billing.models import Budget, DailyRollup
+from billing.services.prices import share_micros
 from instances.models import Instance, Market
 from portal.models import Project
 from portal.templatetags.portal_tags import usd as usd_filter
@@ -45,8 +46,11 @@ def host_rate_micros(instance: Instance) -> int:
     kind = instance.instance_type
     if instance.market == Market.SPOT:
         price = kind.spot_price_per_hour
-        return micros(price if price is not None else instance.order.quoted_price_per_hour)
-    return micros(kind.on_demand_price_per_hour)
+        if price is None:
+            # The quote is the instance's own rate already (a slice's: its share).
+            return 0 if instance.order.mig_host else micros(instance.order.quoted_price_per_hour)
+        return share_micros(instance, micros(price))
+    return share_micros(instance, micros(kind.on_demand_price_per_hour))
 
 
 def host_rate_per_hour(instance: Instance) -> Decimal:

@@ -46,6 +46,7 @@ GROUPS = {
     "gpu_model": "GPU model",
     "market": "Market",
     "pool": "Pool",
+    "mig_profile": "MIG slice profile",
 }
 GRANULARITIES = {"day": "Day", "week": "Week", "month": "Month"}
 # The days a report may cover. Beyond them the calendar arithmetic (the week or month after the
@@ -59,6 +60,7 @@ _GROUP_FIELD = {
     "gpu_model": "gpu_model",
     "market": "market",
     "pool": "pool_key",
+    "mig_profile": "mig_profile",
 }
 
 
@@ -297,6 +299,8 @@ def _labels(group_by: str, keys) -> dict:
         pools = Pool.objects.filter(pk__in=[key for key in keys if key]).select_related("project")
         named = {str(pool.pk): f"{pool.project.slug}/{pool.name}" for pool in pools}
         return {key: named.get(key, "no pool") if key else "no pool" for key in keys}
+    if group_by == "mig_profile":
+        return {key: f"{key} slices" if key else "whole hosts" for key in keys}
     return {key: key for key in keys}
 
 
@@ -410,7 +414,7 @@ def report_round(query: ReportQuery, exact: dict, labels: dict) -> Report:
         periods = sorted(exact[key])
         label = str(labels.get(key, key))
         # The key callers filter by: a slug, username or type name; the value for GPU and market.
-        public = str(key) if query.group_by in ("market", "gpu_model") else label
+        public = str(key) if query.group_by in ("market", "gpu_model", "mig_profile") else label
         lines = [
             Line(period=period, key=public, label=label, figures=line)
             for period, line in zip(

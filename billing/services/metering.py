@@ -38,7 +38,7 @@ from billing.lib.rules import (
 from billing.models import ListPrice, MeterMark, MeterState, SpotPrice, Usage
 from billing.services.prices import RateHistories, list_prices_snapshot
 from billing.services.rollups import RollupDeltas
-from instances.models import Instance, InstanceEvent, Market
+from instances.models import Instance, InstanceEvent, Market, gpu_equivalents
 
 
 @dataclass
@@ -64,6 +64,7 @@ _USAGE_VALUES = (
     "gpu_model",
     "market",
     "pool_key",
+    "mig_profile",
     "rule",
     "seconds",
     "billed_seconds",
@@ -80,6 +81,7 @@ PRICE_COMMIT_MARGIN = timedelta(minutes=2)
 
 
 def _usage_values(instance: Instance, segment: Segment) -> dict:
+    profile = instance.order.mig_profile if instance.order.is_mig_slice else None
     return {
         "run_start": segment.run_start,
         "end": segment.end,
@@ -90,11 +92,13 @@ def _usage_values(instance: Instance, segment: Segment) -> dict:
         "gpu_model": instance.instance_type.gpu_model,
         "market": instance.market,
         "pool_key": str(instance.pool_id) if instance.pool_id else "",
+        "mig_profile": instance.order.mig_profile.name if instance.order.is_mig_slice else "",
         "rule": segment.rule,
         "seconds": segment.seconds,
         "billed_seconds": segment.billed_seconds,
         "list_billed_seconds": segment.list_billed_seconds,
-        "gpu_seconds": segment.seconds * instance.instance_type.gpu_count,
+        # A slice's GPU-seconds are its compute slices of seven, to the whole second.
+        "gpu_seconds": int(segment.seconds * gpu_equivalents(instance.instance_type, profile)),
         "rate_micros": segment.rate_micros,
         "list_rate_micros": segment.list_rate_micros,
         "cost_rs": segment.cost_rs,
@@ -154,7 +158,9 @@ def _meter_batch(ids: list, *, now: datetime, since: dict, full: bool) -> MeterR
             .filter(instance_id__in=ids)
             .order_by("instance_id")
         }
-        instances = Instance.objects.select_related("instance_type", "order").in_bulk(ids)
+        instances = Instance.objects.select_related(
+            "instance_type", "order", "order__mig_profile"
+        ).in_bulk(ids)
         # Read after the hosts: an ended host's last event is committed too.
         events = defaultdict(list)
         rows = InstanceEvent.objects.filter(instance_id__in=ids)
@@ -343,6 +349,8 @@ def usage_meter(*, now: datetime | None = None, full: bool = False) -> MeterRepo
         pending = Instance.objects.filter(
             Q(meter_mark__isnull=True) | Q(meter_mark__final=False) | Q(pk__in=recent)
         )
+    # A shared MIG host is not billed: its slices are (billing.services.prices.share_micros).
+    pending = pending.exclude(order__mig_host=True)
     ids = sorted(set(pending.values_list("pk", flat=True)) | set(hints), key=str)
     report = MeterReport()
     for first in range(0, len(ids), METER_BATCH):

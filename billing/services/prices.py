@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime, timedelta
+from decimal import Decimal
 from functools import reduce
 from operator import or_
 
@@ -26,6 +27,7 @@ from billing.lib.rules import RateSeries, whole_second
 from billing.models import ListPrice, SpotPrice
 from instances.models import Instance, InstanceType, Market
 from instances.providers import get_provider
+from instances.selectors.mig import slice_rate
 from instances.services import instance_type_record_spot_price
 
 
@@ -172,6 +174,36 @@ def spans_of(
     return spans
 
 
+def share_micros(instance: Instance, host_micros: int) -> int:
+    """What ``instance`` pays an hour when a whole host of its type pays ``host_micros``: all
+    of it for a host; a slice its order's share of one GPU (instances.selectors.mig.slice_rate);
+    a shared MIG host nothing, since its slices pay for it (its order loaded)."""
+    order = instance.order
+    if order.mig_host:
+        return 0
+    if order.mig_profile_id is None:
+        return host_micros
+    rate = slice_rate(
+        Decimal(host_micros).scaleb(-6), instance.instance_type.gpu_count, order.mig_price_share
+    )
+    return micros(rate)
+
+
+def _shared(instance: Instance, rates: RateSeries, *, quoted: bool = False) -> RateSeries:
+    """A host's rate history as ``instance`` pays it (share_micros); ``quoted``: the rate before
+    the first point is the order's quote, which is already the instance's own."""
+    if not instance.order.mig_host and instance.order.mig_profile_id is None:
+        return rates
+    return RateSeries(
+        [(at, share_micros(instance, rate)) for at, rate in rates.points],
+        before_first=(
+            rates.before_first
+            if quoted and not instance.order.mig_host
+            else share_micros(instance, rates.before_first)
+        ),
+    )
+
+
 class RateHistories:
     """The price histories that a set of hosts needs over their windows, read at once.
 
@@ -254,7 +286,7 @@ class RateHistories:
         list_points = self._list.get(kind.pk, [])
         # Before the history began, the first price it knows (or today's, if it knows none).
         first_list = list_points[0][1] if list_points else micros(kind.on_demand_price_per_hour)
-        list_rates = RateSeries(list_points, before_first=first_list)
+        list_rates = _shared(instance, RateSeries(list_points, before_first=first_list))
         if instance.market != Market.SPOT:
             return list_rates, list_rates
         zones = self._zones.get((kind.pk, instance.region), set())
@@ -272,4 +304,4 @@ class RateHistories:
         points = [in_force] if in_force else []
         points += [point for point in prices if start < point[0] < end]
         spot = RateSeries(points, before_first=micros(instance.order.quoted_price_per_hour))
-        return spot, list_rates
+        return _shared(instance, spot, quoted=True), list_rates

@@ -25,6 +25,7 @@ _ROLLUP_KEY = (
     "gpu_model",
     "market",
     "pool_key",
+    "mig_profile",
 )
 _ROLLUP_SUMS = ("seconds", "billed_seconds", "gpu_seconds", "cost_rs", "list_cost_rs")
 
@@ -56,14 +57,14 @@ class RollupDeltas:
 
 
 _ROLLUP_COLUMNS = (
-    "day, project_id, user_id, instance_type_id, gpu_model, market, pool_key, "
+    "day, project_id, user_id, instance_type_id, gpu_model, market, pool_key, mig_profile, "
     "seconds, billed_seconds, gpu_seconds, cost_rs, list_cost_rs, pieces"
 )
 _ROLLUP_SELECT = (
-    "SELECT day, project_id, user_id, instance_type_id, gpu_model, market, pool_key, "
+    "SELECT day, project_id, user_id, instance_type_id, gpu_model, market, pool_key, mig_profile, "
     "SUM(seconds), SUM(billed_seconds), SUM(gpu_seconds), SUM(cost_rs), SUM(list_cost_rs), "
     "COUNT(*) FROM {usage} {where} "
-    "GROUP BY day, project_id, user_id, instance_type_id, gpu_model, market, pool_key"
+    "GROUP BY day, project_id, user_id, instance_type_id, gpu_model, market, pool_key, mig_profile"
 )
 
 

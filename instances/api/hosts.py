@@ -74,6 +74,28 @@ class InstanceSerializer(serializers.ModelSerializer):
         help_text="A cluster node's TF_CONFIG (every worker's address, this node's index); null "
         "off clusters and until every node of the cluster runs"
     )
+    mig_profile = serializers.CharField(
+        source="order.mig_profile.name",
+        read_only=True,
+        default=None,
+        allow_null=True,
+        help_text="A slice's MIG profile, or the profile a shared MIG host is split into; null "
+        "for other hosts",
+    )
+    mig_device = serializers.CharField(
+        source="held_slot.device_uuid",
+        read_only=True,
+        default=None,
+        allow_null=True,
+        help_text="A slice's MIG device (what CUDA_VISIBLE_DEVICES names); null for hosts",
+    )
+    shared_host = serializers.UUIDField(
+        source="held_slot.host_id",
+        read_only=True,
+        default=None,
+        allow_null=True,
+        help_text="The shared MIG host a slice lives on; null for hosts",
+    )
 
     class Meta:
         model = Instance
@@ -107,6 +129,9 @@ class InstanceSerializer(serializers.ModelSerializer):
             "spot_recovery",
             "rank",
             "tf_config",
+            "mig_profile",
+            "mig_device",
+            "shared_host",
         ]
         read_only_fields = fields
 

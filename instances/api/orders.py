@@ -35,6 +35,7 @@ from instances.models import (
 )
 from instances.selectors.clusters import cluster_members, order_size_bounds
 from instances.selectors.costs import costs_so_far
+from instances.selectors.mig import mig_order_refusals
 from portal import permissions
 from portal.lib.errors import Forbidden
 from portal.lib.rest import NUL_MESSAGE, LookupField, StrictSerializer, has_nul
@@ -112,6 +113,14 @@ class OrderCreateSerializer(OrderBounds):
         default=None,
         help_text="A cluster's nodes get the type's EFA interfaces; default: when the type has "
         "EFA. true on a type without EFA is refused.",
+    )
+    mig_profile = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=16,
+        help_text='count slices of this MIG profile (e.g. "1g.10gb") of the type\'s GPUs rather '
+        "than whole hosts; see /api/v1/mig-profiles/",
     )
 
     def validate_ssh_public_key(self, value: str) -> str:
@@ -193,6 +202,12 @@ class OrderSerializer(serializers.ModelSerializer):
     max_spot_price = serializers.DecimalField(**MONEY, allow_null=True)
     estimate = serializers.SerializerMethodField()
     nodes = serializers.SerializerMethodField(help_text="A cluster's node count; null otherwise")
+    mig_profile = serializers.CharField(
+        source="mig_profile.name",
+        default=None,
+        allow_null=True,
+        help_text="The MIG profile of an order of slices; null for whole hosts",
+    )
     cost_so_far = serializers.SerializerMethodField(
         help_text="What the order's hosts (a cluster's nodes) have cost so far, together"
     )
@@ -217,6 +232,7 @@ class OrderSerializer(serializers.ModelSerializer):
             "placement",
             "nodes",
             "efa",
+            "mig_profile",
             "lease_hours",
             "region",
             "ssh_key_fingerprint",
@@ -272,6 +288,11 @@ class EstimateQuerySerializer(OrderBounds):
         default=Placement.INDEPENDENT,
         help_text="cluster: count is the cluster's nodes (2 to PORTAL_CLUSTER_MAX_NODES)",
     )
+    mig_profile = serializers.CharField(
+        required=False,
+        max_length=16,
+        help_text="count slices of this MIG profile of the type's GPUs",
+    )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -282,11 +303,26 @@ class EstimateQuerySerializer(OrderBounds):
         field.validators = [v for v in field.validators if not isinstance(v, MaxValueValidator)]
 
     def validate(self, attrs: dict) -> dict:
-        least, most = order_size_bounds(attrs.pop("placement"))
+        placement = attrs.pop("placement")
+        least, most = order_size_bounds(placement)
         if not least <= attrs["count"] <= most:
             raise serializers.ValidationError(
                 {"count": [f"count must be between {least} and {most}."]}, code="out_of_range"
             )
+        name = attrs.pop("mig_profile", "")
+        if name:
+            problems = {}
+            offered = mig_order_refusals(
+                instance_type=attrs["instance_type"],
+                name=name,
+                placement=placement,
+                market=attrs["market"],
+                interruption_policy="",
+                refuse=lambda field, message, code, **_: problems.setdefault(field, [message]),
+            )
+            if problems:
+                raise serializers.ValidationError(problems, code="mig_profile_not_offered")
+            attrs["mig_profile"] = offered.profile
         return attrs
 
 
@@ -306,7 +342,9 @@ class OrderViewSet(
     def get_queryset(self):
         return (
             Order.objects.for_user(self.request.user)
-            .select_related("project", "requester", "instance_type", "image", "decided_by")
+            .select_related(
+                "project", "requester", "instance_type", "image", "decided_by", "mig_profile"
+            )
             .prefetch_related(
                 Prefetch(
                     "instances",

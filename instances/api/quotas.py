@@ -17,7 +17,7 @@ from rest_framework.response import Response
 from audit.services import audit_set_object
 from instances.api.approvals import ApprovalPolicyActions
 from instances.api.idle import IdlePolicyActions
-from instances.models import Quota, QuotaChange, QuotaRequest
+from instances.models import Quota, QuotaChange, QuotaRequest, gpus_number
 from instances.selectors.quotas import Usage, usage_of
 from instances.services.quotas import (
     QUOTA_LIMIT_MOST,
@@ -144,9 +144,9 @@ class QuotaSerializer(StrictModelSerializer):
     def get_in_use(self, obj: Quota) -> dict:
         used = self._usage(obj)
         return {
-            "gpus": used.gpus,
+            "gpus": gpus_number(used.gpus),
             "instances": used.instances,
-            "gpus_by_model": dict(used.gpus_by_model),
+            "gpus_by_model": {model: gpus_number(n) for model, n in used.gpus_by_model.items()},
         }
 
     def get_over_limit(self, obj: Quota) -> bool:

@@ -33,7 +33,14 @@ from instances.models.jobs import (
     JobWorkdir,
 )
 from instances.models.leases import LeaseNotice
-from instances.models.mig import COMPUTE_SLICES, MigProfile, MigSlot
+from instances.models.mig import (
+    COMPUTE_SLICES,
+    MigProfile,
+    MigSlot,
+    gpu_equivalents,
+    gpus_in_words,
+    gpus_number,
+)
 from instances.models.notebooks import Notebook
 from instances.models.orders import (
     InterruptionPolicy,
@@ -100,5 +107,8 @@ __all__ = [
     "QuotaRequest",
     "QuotaRequestQuerySet",
     "SimulatedHost",
+    "gpu_equivalents",
+    "gpus_in_words",
+    "gpus_number",
     "validate_image_ids",
 ]

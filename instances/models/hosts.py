@@ -9,6 +9,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.core.exceptions import ObjectDoesNotExist
 from django.db import models
 from django.utils import timezone
 
@@ -20,7 +21,9 @@ from instances.providers.base import host_name
 class InstanceQuerySet(ProjectScopedQuerySet):
     def with_detail(self):
         """What a host's row, page and worker read about it, in the same query."""
-        return self.select_related("order", "instance_type", "image", "project", "owner")
+        return self.select_related(
+            "order", "order__mig_profile", "instance_type", "image", "project", "owner", "mig_slot"
+        )
 
     def with_events(self):
         """Each host's timeline, oldest first, in one more query for the whole list."""
@@ -175,10 +178,32 @@ class Instance(models.Model):
 
     @property
     def ssh_command(self) -> str | None:
-        """How to reach a running host (None until it runs and has an address)."""
+        """How to reach a running host (None until it runs and has an address). None for a
+        shared MIG host and its slices: the host's login sees every GPU and every tenant's
+        files, and a slice's own session is not built yet (PORTAL_MIG_SLICES)."""
         if self.status != self.Status.RUNNING or not self.public_ip:
             return None
+        if self.is_mig_host or self.is_mig_slice:
+            return None
         return f"ssh {self.image.ssh_user}@{self.public_ip}"
+
+    @property
+    def is_mig_slice(self) -> bool:
+        """A MIG slice: a record of a slice order, living on a shared host's slot."""
+        return self.order.is_mig_slice
+
+    @property
+    def is_mig_host(self) -> bool:
+        """A shared MIG host the portal launched for slices (their orders pay for it)."""
+        return self.order.mig_host
+
+    @property
+    def held_slot(self):
+        """The MigSlot a slice holds (its shared host, GPU, device), or None."""
+        try:
+            return self.mig_slot
+        except ObjectDoesNotExist:
+            return None
 
     @property
     def replaced_by(self) -> Instance | None:
@@ -215,7 +240,30 @@ class InstanceAction:
         return self.name.capitalize()
 
     def allows(self, instance: Instance) -> bool:
-        return instance.status in self.allowed_from and instance.market in self.markets
+        return instance.status in self.allowed_from and self.refusal(instance) is None
+
+    def refusal(self, instance: Instance) -> tuple[str, str] | None:
+        """Why this action is never offered on ``instance`` whatever its status (message,
+        code), or None."""
+        if instance.market not in self.markets:
+            return (
+                "Spot hosts cannot be stopped, only terminated (the cloud would not give the "
+                "capacity back).",
+                "spot_cannot_stop",
+            )
+        if instance.is_mig_host:
+            return (
+                "This is a shared MIG host: its slices are other people's work. The portal "
+                "ends it once no slice has used it for a while.",
+                "mig_shared_host",
+            )
+        if instance.is_mig_slice and self.name != "terminate":
+            return (
+                "A MIG slice is given back (terminate), never stopped or started: its shared "
+                "host runs on for the other slices.",
+                "mig_slice_cannot_stop",
+            )
+        return None
 
     def confirm_for(self, instance: Instance) -> str:
         """What the confirmation says: a pool host that is terminated is replaced by its pool

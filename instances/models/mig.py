@@ -7,6 +7,7 @@ price."""
 from __future__ import annotations
 
 from decimal import Decimal
+from fractions import Fraction
 
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
@@ -53,6 +54,38 @@ class MigProfile(models.Model):
         return Decimal(self.compute_slices) / COMPUTE_SLICES
 
 
+def gpu_equivalents(instance_type, profile: MigProfile | None) -> Fraction:
+    """What one host record counts for in quotas and approvals, in GPUs: a whole host its GPUs,
+    a slice its compute slices of seven. Exact (a Fraction), so that seven 1g slices are one
+    GPU and never 0.9999."""
+    if profile is None:
+        return Fraction(instance_type.gpu_count)
+    return Fraction(profile.compute_slices, COMPUTE_SLICES)
+
+
+def gpus_in_words(gpus) -> str:
+    """GPU-equivalents as people write them: "8", "3/7", "2 3/7"."""
+    gpus = Fraction(gpus)
+    whole, part = divmod(gpus, 1)
+    if not part:
+        return str(whole)
+    return f"{part}" if not whole else f"{whole} {part}"
+
+
+def gpus_number(gpus) -> int | float:
+    """GPU-equivalents for JSON: a whole number when whole, else to four decimals (3/7:
+    0.4286)."""
+    gpus = Fraction(gpus)
+    return int(gpus) if gpus.denominator == 1 else round(float(gpus), 4)
+
+
+class MigSlotQuerySet(models.QuerySet):
+    def release(self, holder, at) -> int:
+        """Free the slice ``holder`` held, at ``at`` (its record ended: instance_transition
+        calls it in the move's transaction, so an ended slice never keeps its slot)."""
+        return self.filter(holder=holder).update(holder=None, taken_at=None, freed_at=at)
+
+
 class MigSlot(models.Model):
     """One slice of a shared MIG host's layout: GPU ``gpu_index``'s slice ``index`` of
     ``profile``, its device's UUID (what CUDA_VISIBLE_DEVICES names), and the slice record that
@@ -75,6 +108,10 @@ class MigSlot(models.Model):
         related_name="mig_slot",
     )
     taken_at = models.DateTimeField(null=True, blank=True)
+    # When its last holder let it go: a shared host empty for long enough ends.
+    freed_at = models.DateTimeField(null=True, blank=True)
+
+    objects = MigSlotQuerySet.as_manager()
 
     class Meta:
         ordering = ["host", "gpu_index", "index"]

@@ -97,6 +97,15 @@ class Order(models.Model):
     decided_at = models.DateTimeField(null=True, blank=True)
     decision_reason = models.CharField(max_length=500, blank=True)
     idempotency_key = models.CharField(max_length=255, blank=True)
+    # An order of MIG slices (instances/services/mig.py): ``count`` slices of this profile of
+    # the type's GPUs, each a host record holding one MigSlot of a shared host, billed at the
+    # profile's share of a GPU as it was when ordered. A shared host's own order (``mig_host``)
+    # names the profile its GPUs are split into; the portal places it, nobody orders it.
+    mig_profile = models.ForeignKey(
+        "instances.MigProfile", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    mig_price_share = models.DecimalField(max_digits=5, decimal_places=4, null=True, blank=True)
+    mig_host = models.BooleanField(default=False)
     # Where the order's hosts keep their checkpoints (s3://... or file://...), fixed when the
     # order is placed and handed unchanged to every replacement so the work resumes.
     checkpoint_uri = models.CharField(max_length=500, blank=True)
@@ -125,6 +134,11 @@ class Order(models.Model):
     @property
     def is_cluster(self) -> bool:
         return self.placement == Placement.CLUSTER
+
+    @property
+    def is_mig_slice(self) -> bool:
+        """An order of MIG slices (not a shared host's own order)."""
+        return self.mig_profile_id is not None and not self.mig_host
 
     @property
     def gpu_count(self) -> int:

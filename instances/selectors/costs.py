@@ -16,6 +16,7 @@ from decimal import Decimal
 
 from audit.registry import INSTANCE_COST, INSTANCE_COST_NOTES, INSTANCE_RATE
 from instances.models import Instance, InstanceEvent, InstanceType, Market, Order
+from instances.selectors.mig import slice_rate
 
 
 def running_intervals(
@@ -89,10 +90,18 @@ class Estimate:
 
 
 def order_estimate(
-    *, instance_type: InstanceType, market: str, count: int, lease_hours: int
+    *,
+    instance_type: InstanceType,
+    market: str,
+    count: int,
+    lease_hours: int,
+    mig_profile=None,
+    share: Decimal | None = None,
 ) -> Estimate:
     """List price for on-demand; the current spot price for spot (list price while unknown or
-    not credible: InstanceType.spot_price_doubt)."""
+    not credible: InstanceType.spot_price_doubt). For slices of ``mig_profile``, the slice's
+    share of one GPU of it (``share``: the one the order was placed with; else the profile's
+    now)."""
     doubt = instance_type.spot_price_doubt
     if market == Market.SPOT and instance_type.spot_price_per_hour is not None and not doubt:
         rate = instance_type.spot_price_per_hour
@@ -102,6 +111,10 @@ def order_estimate(
         basis = "on-demand list price"
         if market == Market.SPOT:
             basis = "on-demand list price (" + (doubt or "no spot price seen yet") + ")"
+    if mig_profile is not None:
+        share = mig_profile.price_share if share is None else share
+        rate = slice_rate(rate, instance_type.gpu_count, share)
+        basis = f"{mig_profile.name} slice: {share} of one GPU at the {basis}"
     return Estimate.at_rate(rate, count=count, lease_hours=lease_hours, basis=basis)
 
 

@@ -4,10 +4,20 @@ costs an hour (its profile's share of one of the type's GPUs, on-demand and spot
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from decimal import Decimal
 
+from django.conf import settings
+
 from instances.data import gpu_reference
-from instances.models import COMPUTE_SLICES, InstanceType, MigProfile
+from instances.models import (
+    COMPUTE_SLICES,
+    InstanceType,
+    InterruptionPolicy,
+    MigProfile,
+    MigSlot,
+    Placement,
+)
 
 MICRO = Decimal("0.000001")
 
@@ -28,17 +38,23 @@ class MigSlice:
     def compute_share(self) -> str:
         return f"{self.profile.compute_slices}/{COMPUTE_SLICES}"
 
-    def _share(self, per_gpu: Decimal | None) -> Decimal | None:
-        return None if per_gpu is None else (per_gpu * self.profile.price_share).quantize(MICRO)
-
     @property
     def on_demand_price_per_hour(self) -> Decimal:
-        return self._share(self.instance_type.price_per_gpu_hour)
+        kind = self.instance_type
+        return slice_rate(kind.on_demand_price_per_hour, kind.gpu_count, self.profile.price_share)
 
     @property
     def spot_price_per_hour(self) -> Decimal | None:
         kind = self.instance_type
-        return self._share(kind.spot_price_per_gpu_hour) if kind.spot_offered else None
+        if not kind.spot_offered or kind.spot_price_per_hour is None:
+            return None
+        return slice_rate(kind.spot_price_per_hour, kind.gpu_count, self.profile.price_share)
+
+
+def slice_rate(host_rate: Decimal, gpu_count: int, share: Decimal) -> Decimal:
+    """The one rule for a slice's price per hour: its share of one of the host's GPUs, to the
+    micro-dollar (the catalog, the order's quote and metering all ask it)."""
+    return (Decimal(host_rate) / gpu_count * share).quantize(MICRO)
 
 
 def mig_slices(types) -> list[MigSlice]:
@@ -58,6 +74,71 @@ def mig_slices(types) -> list[MigSlice]:
     ]
 
 
+def mig_profile_names(instance_type: InstanceType) -> list[str]:
+    """The names of the slices a type's GPU splits into ([] when it has none)."""
+    return [s.profile.name for s in mig_slices([instance_type])]
+
+
 def mig_slice(instance_type: InstanceType, name: str) -> MigSlice | None:
     """The slice ``name`` (e.g. "1g.10gb") of a type's GPU, or None when its GPU has none."""
     return next((s for s in mig_slices([instance_type]) if s.profile.name == name), None)
+
+
+def mig_order_refusals(
+    *,
+    instance_type: InstanceType,
+    name: str,
+    placement: str,
+    market: str,
+    interruption_policy: str,
+    refuse: Callable[..., None],
+) -> MigSlice | None:
+    """Refuse (through order_validate's ``refuse``) what an order of slices cannot be; return
+    the slice it asks for when it can be one."""
+    if not settings.PORTAL_MIG_SLICES:
+        refuse(
+            "mig_profile",
+            "This portal does not take orders of MIG slices yet (PORTAL_MIG_SLICES is off): "
+            "order whole hosts.",
+            "mig_not_enabled",
+        )
+        return None
+    offered = mig_slice(instance_type, name)
+    if offered is None:
+        names = mig_profile_names(instance_type)
+        gpu = f"{instance_type.gpu_model} {instance_type.gpu_memory_gib} GB"
+        refuse(
+            "mig_profile",
+            f"{instance_type.name}'s {gpu} has no MIG profile {name!r}; "
+            + (
+                f"it splits into {', '.join(names)}."
+                if names
+                else "it does not split into MIG slices: order a type with A100, H100 or H200 "
+                "GPUs, or whole hosts."
+            ),
+            "mig_profile_not_offered",
+        )
+    if placement == Placement.CLUSTER:
+        refuse(
+            "mig_profile",
+            "A cluster's nodes are whole hosts; order slices without placement and nodes.",
+            "mig_not_in_cluster",
+        )
+    if market == "spot" and interruption_policy not in ("", InterruptionPolicy.NOTIFY):
+        refuse(
+            "interruption_policy",
+            "A spot slice ends with its shared host when the cloud takes it back; its "
+            "interruption_policy is notify (leave it out).",
+            "mig_notify_only",
+        )
+    return offered
+
+
+def mig_layout(host) -> list[MigSlot]:
+    """A shared host's slots in layout order, each with its holder and the holder's owner (who
+    holds which slice), in one query."""
+    return list(
+        MigSlot.objects.filter(host=host)
+        .select_related("profile", "holder", "holder__owner")
+        .order_by("gpu_index", "index")
+    )

@@ -14,12 +14,13 @@ import uuid
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 from django.conf import settings
-from django.db.models import Count, F, Q, Sum
+from django.db.models import Case, Count, F, IntegerField, Q, QuerySet, Sum, When
 from django.utils.text import capfirst
 
-from instances.models import Instance, InstanceType, Quota
+from instances.models import COMPUTE_SLICES, Instance, InstanceType, Quota, gpus_in_words
 from portal.models import Project, User
 
 Key = tuple[int, int | None]
@@ -29,9 +30,24 @@ Key = tuple[int, int | None]
 class Usage:
     """GPUs and hosts a project (or one member in it) holds now."""
 
-    gpus: int = 0
+    gpus: Fraction = Fraction(0)
     instances: int = 0
     gpus_by_model: Counter = field(default_factory=Counter)
+
+
+# What a host record holds, in sevenths of a GPU (exact integers in SQL): a slice its compute
+# slices, a host seven per GPU (instances.models.gpu_equivalents, summed).
+SEVENTHS = Case(
+    When(order__mig_profile__isnull=False, then=F("order__mig_profile__compute_slices")),
+    default=F("instance_type__gpu_count") * COMPUTE_SLICES,
+    output_field=IntegerField(),
+)
+
+
+def counted() -> QuerySet:
+    """The host records that count against quotas: every live one but a shared MIG host (its
+    slices count, each for its share)."""
+    return Instance.objects.filter(status__in=Instance.LIVE, order__mig_host=False)
 
 
 @dataclass(frozen=True)
@@ -49,21 +65,20 @@ def live_usage(keys: Iterable[Key]) -> dict[Key, Usage]:
     keys = list(keys)
     found = {key: Usage() for key in keys}
     members = {key[1] for key in keys}
-    rows = Instance.objects.filter(
-        project_id__in={project_id for project_id, _ in keys}, status__in=Instance.LIVE
-    )
+    rows = counted().filter(project_id__in={project_id for project_id, _ in keys})
     if None not in members:
         rows = rows.filter(owner_id__in=members)
     grouped = rows.values("project_id", "owner_id", model=F("instance_type__gpu_model")).annotate(
-        hosts=Count("id"), gpus=Sum("instance_type__gpu_count")
+        hosts=Count("id"), sevenths=Sum(SEVENTHS)
     )
     for row in grouped.order_by():
+        gpus = Fraction(row["sevenths"], COMPUTE_SLICES)
         for key in ((row["project_id"], None), (row["project_id"], row["owner_id"])):
             used = found.get(key)
             if used is not None:
                 used.instances += row["hosts"]
-                used.gpus += row["gpus"]
-                used.gpus_by_model[row["model"]] += row["gpus"]
+                used.gpus += gpus
+                used.gpus_by_model[row["model"]] += gpus
     return found
 
 
@@ -95,7 +110,7 @@ class Holder:
     instance_type: str
     gpu_model: str
     hosts: int
-    gpus: int
+    gpus: Fraction
 
 
 def holders_of(project_ids: Iterable[int]) -> dict[int, list[Holder]]:
@@ -103,7 +118,8 @@ def holders_of(project_ids: Iterable[int]) -> dict[int, list[Holder]]:
     live hosts live_usage counts, in one query however many projects."""
     found: dict[int, list[Holder]] = {pk: [] for pk in project_ids}
     rows = (
-        Instance.objects.filter(project_id__in=list(found), status__in=Instance.LIVE)
+        counted()
+        .filter(project_id__in=list(found))
         .values(
             "project_id",
             "order_id",
@@ -113,7 +129,7 @@ def holders_of(project_ids: Iterable[int]) -> dict[int, list[Holder]]:
             type_name=F("instance_type__name"),
             model=F("instance_type__gpu_model"),
         )
-        .annotate(hosts=Count("id"), gpus=Sum("instance_type__gpu_count"))
+        .annotate(hosts=Count("id"), sevenths=Sum(SEVENTHS))
         .order_by()
     )
     for row in rows:
@@ -126,7 +142,7 @@ def holders_of(project_ids: Iterable[int]) -> dict[int, list[Holder]]:
                 instance_type=row["type_name"],
                 gpu_model=row["model"],
                 hosts=row["hosts"],
-                gpus=row["gpus"] or 0,
+                gpus=Fraction(row["sevenths"] or 0, COMPUTE_SLICES),
             )
         )
     for holders in found.values():
@@ -180,7 +196,8 @@ def bars(quota: Quota | None, used: Usage) -> list[dict]:
             {
                 "label": capfirst(limit.label),
                 "limit": limit.limit,
-                "used": limit.in_use,
+                "used": gpus_in_words(limit.in_use),
+                "value": round(float(limit.in_use), 2),  # for aria-valuenow: a number
                 "percent": percent,
                 "over": limit.over,
                 "level": "over" if limit.over else "high" if percent >= 80 else "ok",

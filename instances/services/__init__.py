@@ -19,6 +19,8 @@ services are the only writers), one module per topic, every public function re-e
   (the beat pass that sizes every pool)
 - jobs/: managed jobs (imported from there): lifecycle (the job state machine), submit, runs
   (what a host's agent is handed and reports), recovery (and the job pass)
+- mig: MIG slices: shared hosts' layouts, placing a slice (launching a shared host when none
+  has room), slices following their host, empty shared hosts ending
 - queue: sending tasks once a transaction commits
 
 Reads live in instances/selectors/; who may do what in portal/permissions.py.
@@ -82,6 +84,13 @@ from instances.services.leases import (
     instance_system_stop,
     leases_expire,
     leases_warn,
+)
+from instances.services.mig import (
+    mig_host_follow,
+    mig_hosts_end_empty,
+    mig_layout_set,
+    mig_slice_place,
+    mig_slice_release,
 )
 from instances.services.notebooks import (
     live_notebook,
@@ -241,6 +250,11 @@ __all__ = [
     "leases_warn",
     "limits_moved",
     "live_notebook",
+    "mig_host_follow",
+    "mig_hosts_end_empty",
+    "mig_layout_set",
+    "mig_slice_place",
+    "mig_slice_release",
     "notebook_base_url",
     "notebook_close",
     "notebook_launch",

@@ -36,6 +36,7 @@ from instances.services.clusters import (
     cluster_first_nodes,
     cluster_node_back,
 )
+from instances.services.mig import mig_slice_end, mig_slice_provision
 from instances.services.notebooks import notebook_login
 from instances.services.spot_recovery import instance_interrupted
 from instances.services.telemetry import agent_credential_issue, agent_secret
@@ -256,6 +257,9 @@ def instance_provision(*, instance_id, provider: Provider | None = None) -> Inst
     if instance.rank is not None and instance.replaces_id is None:
         # A cluster node launches with all its cluster's nodes.
         return cluster_provision(instance=instance, provider=provider or get_provider())
+    if instance.is_mig_slice:
+        # A slice launches nothing of its own: it is placed on a shared host.
+        return mig_slice_provision(instance=instance)
     if instance.status == Instance.Status.REQUESTED:
         instance, _ = instance_transition(
             instance=instance, to=Instance.Status.PROVISIONING, reason="launching", actor=actor
@@ -347,6 +351,9 @@ def instance_cloud_action(
     instance = instance_load(instance_id)
     if instance.status != expected:
         return instance
+    if instance.is_mig_slice:
+        # Only a terminate reaches a slice (ACTIONS): it gives its slot back.
+        return mig_slice_end(instance=instance)
     provider = provider or get_provider()
     if action == "terminate":
         hosts = {h.cloud_id: h for h in provider.find_tagged(str(instance.id))}

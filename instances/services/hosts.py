@@ -32,12 +32,9 @@ def instance_request_action(
     # hears 403, never a 409 that describes a host that is not theirs to change.
     if not permissions.can_act_on_host(user, instance, managed):
         raise Forbidden(f"You can see this host but not {action} it; ask its owner.")
-    if instance.market not in step.markets:
-        raise Conflict(
-            "Spot hosts cannot be stopped, only terminated (the cloud would not give the "
-            "capacity back).",
-            code="spot_cannot_stop",
-        )
+    refusal = step.refusal(instance)
+    if refusal is not None:
+        raise Conflict(refusal[0], code=refusal[1])
     with transaction.atomic():
         row = Instance.objects.select_for_update().get(pk=instance.pk)
         if row.status == step.to:

@@ -101,12 +101,14 @@ def _check_project(policy: IdlePolicy, now: datetime, report: IdleReport) -> Non
     fresh_after = now - settings.PORTAL_TELEMETRY_FRESH_MINUTES * MINUTE
     # A pool's hosts are not stopped one by one: its target tracking scales in idle ones. A
     # job's host is not idle while its job lives (a data loader or a CPU step is work too): the
-    # job ends it when it ends, and its time limit bounds what it costs.
+    # job ends it when it ends, and its time limit bounds what it costs. MIG slices and their
+    # shared hosts are never stopped (a slice is given back; an empty shared host ends).
     hosts = Instance.objects.filter(
         project_id=policy.project_id,
         status=Instance.Status.RUNNING,
         pool__isnull=True,
         order__job__isnull=True,
+        order__mig_profile__isnull=True,
     ).exclude(idle_snoozed_until__gt=now)
     since_warning = Q(minute__gte=F("instance__idle_warned_at") - MINUTE)
     stats = (

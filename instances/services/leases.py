@@ -77,6 +77,12 @@ def instance_extend_lease(*, instance: Instance, user: User, hours: int) -> Inst
         raise Forbidden("You can see this host but not extend its lease; ask its owner.")
     if isinstance(hours, bool) or not isinstance(hours, int) or hours < 1:
         raise ValidationError({"hours": "hours must be a whole number, at least 1."}, code="min")
+    if instance.is_mig_host:
+        raise Conflict(
+            "A shared MIG host has no lease to extend: it runs while its slices do. Extend "
+            "your slice's lease instead.",
+            code="mig_shared_host",
+        )
     with transaction.atomic():
         # The project first, then the host: the order order_admit and the expiry take them in.
         Project.objects.select_for_update().get(pk=instance.project_id)
@@ -155,7 +161,10 @@ def leases_warn(*, now: datetime | None = None) -> list[tuple[str, int]]:
             status__in=Instance.LEASED,
             lease_expires_at__gt=now,
             lease_expires_at__lte=now + timedelta(hours=widest),
-        ).select_related("order", "instance_type", "project", "owner", "pool")
+        )
+        # A shared MIG host has no lease of its own: it ends when no slice uses it.
+        .exclude(order__mig_host=True)
+        .select_related("order", "instance_type", "project", "owner", "pool")
     )
     sent = set(
         LeaseNotice.objects.filter(instance__in=[h.pk for h in hosts]).values_list(
@@ -242,10 +251,14 @@ def _warn_pool_host(host: Instance, left: timedelta, name: str) -> None:
 def leases_expire(*, now: datetime | None = None) -> list[str]:
     """Terminate hosts whose lease has ended; return their ids."""
     now = now or timezone.now()
-    ended = Instance.objects.filter(
-        lease_expires_at__lte=now,
-        status__in=[Instance.Status.RUNNING, Instance.Status.STOPPED, Instance.Status.STARTING],
-    ).select_related("order")
+    ended = (
+        Instance.objects.filter(
+            lease_expires_at__lte=now,
+            status__in=[Instance.Status.RUNNING, Instance.Status.STOPPED, Instance.Status.STARTING],
+        )
+        .exclude(order__mig_host=True)
+        .select_related("order")
+    )
     expired = []
     for instance in ended:
         try:

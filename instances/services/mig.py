@@ -1,8 +1,14 @@
 """instances/services/mig.py: the slices of shared MIG hosts. A shared host's layout is fixed:
 every GPU split into ``per_gpu`` slices of one profile (mig_layout_set, only while none is
-taken); a slice is placed on the first laid-out live host of its type and profile in the
-holder's project that has a free one (mig_slice_place), and freed when its holder ends
-(mig_slice_release).
+taken); a slice is placed on the first laid-out live host of its type, profile, market and image
+in the holder's project that has a free one (mig_slice_place), and freed when its holder ends
+(instance_transition frees it, in the same transaction as the move).
+
+An order of slices makes one host record per slice, as an order of hosts does; its launch
+(mig_slice_provision) places it, launching a shared host (an order of the portal's own, not
+billed: its slices are) when none has room. The slice runs once its host runs and ends when its
+host ends (mig_host_follow); a shared host with no slice for PORTAL_MIG_HOST_EMPTY_MINUTES
+ends (mig_hosts_end_empty).
 
 Placing costs the same few queries whatever the number of hosts and slices, and a slice is
 never given to two holders: the free slot is read with ``FOR UPDATE SKIP LOCKED`` (a placement
@@ -12,13 +18,22 @@ one-to-one."""
 from __future__ import annotations
 
 import uuid
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import transaction
+from django.db.models import Max, Q
 from django.utils import timezone
 
-from instances.models import Instance, MigProfile, MigSlot
+from instances.models import Instance, MigProfile, MigSlot, Order, OrderEvent
+from instances.selectors.costs import order_estimate
+from instances.selectors.hosts import instance_load
 from instances.selectors.mig import mig_slice
+from instances.services.hosts import instances_end
+from instances.services.orders import instance_create
+from instances.services.transitions import instance_note, instance_transition, instance_walk
 from portal.lib.errors import Conflict
+from portal.models import Project
 
 # A slice goes to a host that is on its way or running, never to one that is leaving.
 PLACEABLE = (Instance.Status.REQUESTED, Instance.Status.PROVISIONING, Instance.Status.RUNNING)
@@ -82,6 +97,8 @@ def mig_slice_place(*, holder: Instance, profile: MigProfile) -> MigSlot | None:
                 holder__isnull=True,
                 host__instance_type_id=holder.instance_type_id,
                 host__project_id=holder.project_id,
+                host__market=holder.market,
+                host__image_id=holder.image_id,
                 host__status__in=PLACEABLE,
             )
             .order_by("id")
@@ -96,5 +113,167 @@ def mig_slice_place(*, holder: Instance, profile: MigProfile) -> MigSlot | None:
 
 
 def mig_slice_release(*, holder: Instance) -> bool:
-    """Free the slice ``holder`` held (its record ended); returns whether it held one."""
-    return bool(MigSlot.objects.filter(holder=holder).update(holder=None, taken_at=None))
+    """Free the slice ``holder`` held; returns whether it held one. (Its record's end frees it
+    too: instance_transition.)"""
+    return bool(MigSlot.objects.release(holder, timezone.now()))
+
+
+S = Instance.Status
+PROVISION = "system:provision"
+
+
+def mig_slice_provision(*, instance: Instance) -> Instance:
+    """Launch a slice: place it on a shared host with a free slice of its profile, launching
+    one (laid out for the profile) when none has room, then follow that host. Safe to run any
+    number of times: a placed slice keeps its slot, and shared hosts are launched one at a time
+    per project (under its row lock), so two slices placed at once never launch two hosts where
+    one has room for both."""
+    if instance.status == S.REQUESTED:
+        instance, _ = instance_transition(
+            instance=instance,
+            to=S.PROVISIONING,
+            reason="placing it on a shared MIG host",
+            actor=PROVISION,
+        )
+    if instance.status != S.PROVISIONING:
+        return instance
+    profile = instance.order.mig_profile
+    slot = mig_slice_place(holder=instance, profile=profile)
+    if slot is None:
+        with transaction.atomic():
+            Project.objects.select_for_update().get(pk=instance.project_id)
+            slot = mig_slice_place(holder=instance, profile=profile)
+            if slot is None:
+                host = _shared_host_launch(instance, profile)
+                mig_layout_set(host=host, profile=profile)
+                slot = mig_slice_place(holder=instance, profile=profile)
+    if slot.taken_at and not instance.events.filter(reason__startswith="placed on").exists():
+        instance_note(
+            instance=instance,
+            note=f"placed on shared host {slot.host.name}, GPU {slot.gpu_index} slice "
+            f"{slot.index} ({slot.device_uuid})",
+            actor=PROVISION,
+        )
+    return mig_slice_follow(instance=instance_load(instance.pk), host=instance_load(slot.host_id))
+
+
+def _shared_host_launch(slice_: Instance, profile: MigProfile) -> Instance:
+    """A shared host for ``profile`` slices in the slice's project: an order of the portal's
+    own (placed, never billed: its slices are), with one host that launches on commit."""
+    order = Order.objects.create(
+        requester=slice_.owner,
+        project=slice_.project,
+        instance_type=slice_.instance_type,
+        image=slice_.image,
+        market=slice_.market,
+        count=1,
+        lease_hours=settings.PORTAL_LEASE_MAX_HOURS,
+        region=slice_.region,
+        ssh_public_key="",
+        ssh_key_fingerprint="",
+        interruption_policy=slice_.order.interruption_policy,
+        quoted_price_per_hour=order_estimate(
+            instance_type=slice_.instance_type,
+            market=slice_.market,
+            count=1,
+            lease_hours=settings.PORTAL_LEASE_MAX_HOURS,
+        ).price_per_host_hour,
+        status=Order.Status.PLACED,
+        mig_profile=profile,
+        mig_host=True,
+    )
+    reason = f"a shared host for {profile.name} slices in {slice_.project.slug}"
+    OrderEvent.objects.create(order=order, new_status=order.status, reason=reason, actor=PROVISION)
+    return instance_create(order, market=slice_.market, reason=reason, actor=PROVISION)
+
+
+def mig_slice_follow(*, instance: Instance, host: Instance) -> Instance:
+    """Bring a slice in step with its shared host: it runs once the host runs (reached at the
+    host's address), and ends when the host ends."""
+    if not instance.is_live or instance.status == S.TERMINATING:
+        return instance
+    if host.status == S.RUNNING and instance.status == S.PROVISIONING:
+        Instance.objects.filter(pk=instance.pk).update(
+            public_ip=host.public_ip,
+            private_ip=host.private_ip,
+            availability_zone=host.availability_zone,
+            launched_at=host.launched_at,
+        )
+        instance, _ = instance_transition(
+            instance=instance,
+            to=S.RUNNING,
+            reason=f"its shared host {host.name} runs",
+            actor=PROVISION,
+        )
+        return instance
+    if host.is_live and host.status != S.INTERRUPTED:
+        return instance
+    why = f"its shared host {host.name} is {host.get_status_display().lower()}"
+    if host.status_reason:
+        why = f"{why}: {host.status_reason}"
+    if instance.status == S.PROVISIONING:
+        return instance_walk(instance, [S.FAILED], reason=why, actor=PROVISION, at=None)
+    if host.status == S.INTERRUPTED or host.spot_interruption_at:
+        return instance_walk(
+            instance, [S.INTERRUPTED, S.TERMINATED], reason=why, actor=PROVISION, at=None
+        )
+    return instance_walk(instance, [S.TERMINATED], reason=why, actor=PROVISION, at=None)
+
+
+def mig_host_follow(*, host_id) -> int:
+    """Bring every slice of a shared host in step with it (its move's task): returns how many
+    moved."""
+    host = instance_load(host_id)
+    moved = 0
+    holders = Instance.objects.with_detail().filter(
+        mig_slot__host_id=host_id, status__in=Instance.LIVE
+    )
+    for holder in holders:
+        before = holder.status
+        moved += mig_slice_follow(instance=holder, host=host).status != before
+    return moved
+
+
+def mig_slice_end(*, instance: Instance) -> Instance:
+    """Give a slice back (its terminate): nothing in the cloud ends, its slot is freed."""
+    return instance_walk(
+        instance,
+        [S.TERMINATED],
+        reason="the slice was given back; its shared host runs on",
+        actor="system:terminate",
+        at=timezone.now(),
+    )
+
+
+def mig_hosts_end_empty(*, now: datetime | None = None) -> list[str]:
+    """End the shared hosts no slice has held for PORTAL_MIG_HOST_EMPTY_MINUTES (counted from
+    the last slice's going, or from when the host first ran), and follow the slices whose host
+    moved while nobody was told (a lost follow task): one query each."""
+    now = now or timezone.now()
+    stale = now - timedelta(minutes=settings.PORTAL_MIG_HOST_EMPTY_MINUTES)
+    empty = (
+        Instance.objects.filter(order__mig_host=True, status=S.RUNNING)
+        .exclude(mig_slots__holder__isnull=False)
+        .annotate(last_freed=Max("mig_slots__freed_at"))
+        .filter(Q(last_freed__lt=stale) | Q(last_freed__isnull=True, lease_started_at__lt=stale))
+    )
+    ended = instances_end(
+        empty,
+        reason=f"no slice on it for {settings.PORTAL_MIG_HOST_EMPTY_MINUTES} minutes",
+        actor="system:mig",
+    )
+    lagging = (
+        Instance.objects.filter(
+            Q(status=S.PROVISIONING, mig_slot__host__status=S.RUNNING)
+            | Q(
+                status__in=Instance.LIVE - {S.TERMINATING},
+                mig_slot__host__status__in=(S.TERMINATED, S.FAILED, S.INTERRUPTED),
+            ),
+            order__mig_host=False,
+        )
+        .values_list("mig_slot__host_id", flat=True)
+        .distinct()
+    )
+    for host_id in lagging:
+        mig_host_follow(host_id=host_id)
+    return ended

@@ -9,6 +9,7 @@ import logging
 import uuid
 from dataclasses import dataclass
 from decimal import Decimal
+from fractions import Fraction
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -27,12 +28,16 @@ from instances.models import (
     InstanceType,
     InterruptionPolicy,
     Market,
+    MigProfile,
     Order,
     OrderEvent,
     Placement,
+    gpu_equivalents,
+    gpus_in_words,
 )
 from instances.selectors.clusters import cluster_refusals, order_size_bounds
 from instances.selectors.costs import Estimate, order_estimate
+from instances.selectors.mig import mig_order_refusals
 from instances.services.admission import order_admit
 from instances.services.queue import enqueue
 from instances.services.transitions import actor_of, order_decide_topic
@@ -70,6 +75,8 @@ class OrderRequest:
     # ``efa``): instances/services/clusters.py launches it.
     placement: str = Placement.INDEPENDENT
     efa: bool = False
+    # Slices of this profile of the type's GPUs rather than whole hosts (``count`` slices).
+    mig_profile: MigProfile | None = None
     # A lease extension of this (live) host rather than new hosts: ``count`` is 1 and
     # ``lease_hours`` the extra hours, so a budget check prices exactly what is added; checks
     # that count hosts leave it out (the host already holds its place).
@@ -90,10 +97,16 @@ class OrderRequest:
                 "interruption_policy": self.interruption_policy,
                 "placement": self.placement,
                 "efa": self.efa,
+                "mig_profile": self.mig_profile.name if self.mig_profile else None,
             },
             sort_keys=True,
         )
         return hashlib.sha256(canonical.encode()).hexdigest()
+
+    @property
+    def gpus(self) -> Fraction:
+        """The GPUs it asks for, in GPU-equivalents (a 3g slice of seven is 3/7 GPU)."""
+        return self.count * gpu_equivalents(self.instance_type, self.mig_profile)
 
 
 def order_validate(
@@ -110,6 +123,7 @@ def order_validate(
     interruption_policy: str = "",
     placement: str = Placement.INDEPENDENT,
     efa: bool | None = None,
+    mig_profile: str = "",
     key_required: bool = True,
 ) -> OrderRequest:
     """Check an order field by field; every problem is reported at once, named by its field.
@@ -193,6 +207,16 @@ def order_validate(
             "efa applies to clusters: order with placement cluster and nodes, or leave efa out.",
             "cluster_only",
         )
+    sliced = None
+    if mig_profile and offered:
+        sliced = mig_order_refusals(
+            instance_type=instance_type,
+            name=mig_profile,
+            placement=placement,
+            market=market,
+            interruption_policy=interruption_policy,
+            refuse=refuse,
+        )
     if not 1 <= lease_hours <= settings.PORTAL_LEASE_MAX_HOURS:
         refuse(
             "lease_hours",
@@ -252,10 +276,15 @@ def order_validate(
         interruption_policy=interruption_policy if market == Market.SPOT else "",
         region=region,
         estimate=order_estimate(
-            instance_type=instance_type, market=market, count=count, lease_hours=lease_hours
+            instance_type=instance_type,
+            market=market,
+            count=count,
+            lease_hours=lease_hours,
+            mig_profile=sliced.profile if sliced else None,
         ),
         placement=placement,
         efa=bool(efa) and placement == Placement.CLUSTER,
+        mig_profile=sliced.profile if sliced else None,
     )
 
 
@@ -333,6 +362,8 @@ def order_record(
         interruption_policy=request.interruption_policy,
         placement=request.placement,
         efa=request.efa,
+        mig_profile=request.mig_profile,
+        mig_price_share=request.mig_profile.price_share if request.mig_profile else None,
         quoted_price_per_hour=request.estimate.price_per_host_hour,
         status=Order.Status.PENDING_APPROVAL if approval else Order.Status.PLACED,
         approval_reason=approval or "",
@@ -355,10 +386,10 @@ def approval_needed(request: OrderRequest) -> str | None:
     policy = ApprovalPolicy.objects.filter(project=request.project).first()
     if policy is None:
         return None
-    gpus = request.count * request.instance_type.gpu_count
+    gpus = request.gpus
     if policy.gpus_above is not None and gpus > policy.gpus_above:
         return (
-            f"{gpus} GPUs is more than the {policy.gpus_above} "
+            f"{gpus_in_words(gpus)} GPUs is more than the {policy.gpus_above} "
             f"{request.project.slug} allows without approval"
         )
     if request.instance_type.name in policy.instance_types:
@@ -397,9 +428,12 @@ def order_request_of(order: Order) -> OrderRequest:
             market=order.market,
             count=order.count,
             lease_hours=order.lease_hours,
+            mig_profile=order.mig_profile,
+            share=order.mig_price_share,
         ),
         placement=order.placement,
         efa=order.efa,
+        mig_profile=order.mig_profile,
     )
 
 
@@ -444,8 +478,10 @@ def instance_create(
     reason: str,
     replaces: Instance | None = None,
     rank: int | None = None,
+    actor: str = "",
 ) -> Instance:
-    """One host of an order in `requested`, its first event, and its launch sent on commit."""
+    """One host of an order in `requested`, its first event, and its launch sent on commit
+    (``actor``: who asked, when not the order's requester or spot recovery)."""
     now = timezone.now()
     instance_id = uuid.uuid4()
     instance = Instance.objects.create(
@@ -474,7 +510,7 @@ def instance_create(
         new_status=Instance.Status.REQUESTED,
         reason=reason,
         at=now,
-        actor=actor_of(order.requester) if replaces is None else "system:spot_recovery",
+        actor=actor or (actor_of(order.requester) if replaces is None else "system:spot_recovery"),
     )
     enqueue(TASK_OF_STATUS[Instance.Status.REQUESTED], str(instance_id))
     return instance

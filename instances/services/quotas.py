@@ -17,7 +17,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.text import capfirst
 
-from instances.models import InstanceType, Quota, QuotaChange, QuotaRequest
+from instances.models import InstanceType, Quota, QuotaChange, QuotaRequest, gpus_in_words
 from instances.selectors.headroom import Headroom
 from instances.selectors.quotas import longest_lease, quota_who, usage
 from instances.services.pools.lifecycle import pools_retry_now
@@ -39,7 +39,7 @@ def quota_check(request) -> None:
         # checked against longest_lease() by the extension itself.
         return
     quotas = Quota.objects.filter(project=request.project).select_related("user", "project")
-    asks_gpus = request.count * request.instance_type.gpu_count
+    asks_gpus = request.gpus
     model = request.instance_type.gpu_model
     type_name = request.instance_type.name
     for quota in quotas:
@@ -74,7 +74,8 @@ def quota_check(request) -> None:
                 over = " (already over the limit)" if limit.over else ""
                 raise QuotaExceeded(
                     f"Quota exceeded: {who} may run {limit.limit} {limit.label}; "
-                    f"{limit.in_use} are in use{over} and this order asks for {asks}."
+                    f"{gpus_in_words(limit.in_use)} are in use{over} and this order asks for "
+                    f"{gpus_in_words(asks)}."
                 )
 
 
@@ -83,7 +84,7 @@ def quota_headroom(request) -> list[Headroom]:
     quota (and the member's own) that this order's type counts against, what is left now and
     after the order; then the longest lease."""
     found = []
-    asks_gpus = request.count * request.instance_type.gpu_count
+    asks_gpus = request.gpus
     model = request.instance_type.gpu_model
     quotas = Quota.objects.filter(project=request.project).filter(
         Q(user__isnull=True) | Q(user=request.requester)
@@ -96,14 +97,14 @@ def quota_headroom(request) -> list[Headroom]:
             left = max(0, limit.limit - limit.in_use)
             hosts = limit.unit == "hosts"
             asks = request.count if hosts else asks_gpus
-            per_host = 1 if hosts else request.instance_type.gpu_count
+            per_host = 1 if hosts else asks_gpus / request.count
             found.append(
                 Headroom(
                     label=f"{capfirst(limit.label)} left in {quota_who(quota)}",
-                    left=f"{left} of {limit.limit}",
-                    after=f"{left - asks} after this order" if asks <= left else "",
+                    left=f"{gpus_in_words(left)} of {limit.limit}",
+                    after=f"{gpus_in_words(left - asks)} after this order" if asks <= left else "",
                     over=asks > left,
-                    hosts_fit=left // per_host if per_host else None,
+                    hosts_fit=int(left // per_host) if per_host else None,
                 )
             )
     hours, whose = longest_lease(project=request.project, user=request.requester)

@@ -33,6 +33,7 @@ from instances.services.cloud import (
     launch_order_key,
 )
 from instances.services.clusters import cluster_node_ids, clusters_partial_end, clusters_release
+from instances.services.mig import mig_hosts_end_empty
 from instances.services.queue import enqueue
 from instances.services.transitions import audit_change, instance_note, instance_topic
 from portal.models import User
@@ -102,9 +103,14 @@ def reconcile(*, provider: Provider | None = None, now: datetime | None = None) 
 
     # 1. Work whose task was lost: requested and never picked up, or a launch that died
     #    before the host was recorded, or a user action nobody carried out.
-    lost = Instance.objects.filter(status_changed_at__lt=stuck).filter(
-        Q(status__in=[S.REQUESTED, S.PROVISIONING], cloud_id__isnull=True)
-        | Q(status__in=[S.STOPPING, S.STARTING, S.TERMINATING])
+    lost = (
+        Instance.objects.filter(status_changed_at__lt=stuck)
+        .filter(
+            Q(status__in=[S.REQUESTED, S.PROVISIONING], cloud_id__isnull=True)
+            | Q(status__in=[S.STOPPING, S.STARTING, S.TERMINATING])
+        )
+        # A placed slice waits for its shared host's launch, which is watched on its own.
+        .exclude(status=S.PROVISIONING, mig_slot__host__status__in=[S.REQUESTED, S.PROVISIONING])
     )
     limit = settings.PORTAL_RECONCILE_MAX_RETRIES
     for instance in lost.prefetch_related(
@@ -153,6 +159,8 @@ def reconcile(*, provider: Provider | None = None, now: datetime | None = None) 
     #    no node left gives back the groups it held in the cloud.
     report.updated += clusters_partial_end(actor=actor)
     report.clusters_released += clusters_release(provider=provider, actor=actor)
+    # 3b. Shared MIG hosts no slice has used for a while end; slices follow their hosts.
+    report.updated += mig_hosts_end_empty(now=now)
 
     # 4. Every tagged host in the cloud, by the instance it is tagged with: adopt the ones the
     #    database lost, end doubles at once and orphans after the grace.

@@ -17,10 +17,12 @@ from instances.models import (
     Instance,
     InstanceEvent,
     JobRun,
+    MigSlot,
     Order,
     OrderEvent,
 )
 from instances.selectors.hosts import instance_load
+from instances.services.queue import enqueue
 from instances.services.webhooks import host_moved, order_event
 from portal.lib.errors import Conflict
 from portal.models import User
@@ -91,6 +93,8 @@ def order_decided(*, order: Order, to: str, user: User, reason: str, said: str) 
 
 
 ENDED = frozenset({Instance.Status.TERMINATED, Instance.Status.FAILED})
+# A shared MIG host that moves here takes its slices with it.
+LEFT = ENDED | {Instance.Status.INTERRUPTED}
 
 
 class IllegalTransition(Conflict):
@@ -144,6 +148,8 @@ def instance_transition(
             )
             # Nor can its job agent report a run's exit: a run still open on it ends with it.
             JobRun.objects.end_with_host(row, at)
+            # An ended slice gives its MIG slot back (a slice is never held by two).
+            MigSlot.objects.release(row, at)
         audit_change(actor, action=f"{old}->{to}", object_ref=f"instance:{row.pk}", reason=reason)
         if to in HOST_NOTICES_CLOSE_AT:
             notices_close(
@@ -157,6 +163,9 @@ def instance_transition(
         ):
             provisioning_observed(row)
         host_moved(row, to)
+        if row.order.mig_host and (to == Instance.Status.RUNNING or to in LEFT):
+            # Its slices run when it runs and end when it ends.
+            enqueue("instances.tasks.follow_mig_host", str(row.pk))
     return row, True
 
 

@@ -3,6 +3,7 @@ order with their specs, prices and the images that run on each."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
@@ -60,5 +61,6 @@ def catalog(request: HttpRequest) -> HttpResponse:
         "sorts": SORTS,
         "total": offered.count(),
         "can_order": permissions.can_order(request.user),
+        "mig_orderable": settings.PORTAL_MIG_SLICES,
     }
     return render(request, "instances/catalog.html", context, status=200 if valid else 400)

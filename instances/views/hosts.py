@@ -9,6 +9,7 @@ import uuid
 from datetime import timedelta
 from decimal import Decimal
 
+from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.db.models import Q
@@ -31,6 +32,7 @@ from instances.selectors.clusters import (
 )
 from instances.selectors.costs import cost_notes, costs_so_far, rate_now, running_seconds
 from instances.selectors.hosts import instances_named
+from instances.selectors.mig import mig_layout
 from instances.selectors.orders import held_orders
 from instances.selectors.telemetry import gpu_first_reading_at, latest_gpu_readings
 from instances.services.idle import idle_since
@@ -58,7 +60,9 @@ def _hosts_queryset(request: HttpRequest):
     )
     scope = _scope(request)
     if scope == "mine":
-        rows = rows.filter(owner=request.user)
+        # A shared MIG host is the portal's, whoever's slice launched it: its slices are
+        # listed, and its own page is a link away from each of them.
+        rows = rows.filter(owner=request.user, order__mig_host=False)
     if request.GET.get("ended") != "1":
         recent = timezone.now() - timedelta(minutes=30)
         rows = rows.filter(Q(status__in=Instance.LIVE) | Q(status_changed_at__gte=recent))
@@ -203,7 +207,10 @@ def _host_context(request: HttpRequest, instance: Instance) -> dict:
         "moving": instance.status in Instance.MOVING
         or instance.status == "requested"
         or instance.notebooks.filter(status="starting").exists(),
-        "extendable": instance.status in Instance.LEASED and instance.lease_expires_at,
+        "extendable": instance.status in Instance.LEASED
+        and instance.lease_expires_at
+        and not instance.is_mig_host,
+        "mig_empty_minutes": settings.PORTAL_MIG_HOST_EMPTY_MINUTES,
         "gpu": gpu,
         # GiB, as the memory is sold; to the nearest one (a reading's precision is a MiB).
         "gpu_memory_used_gib": round(gpu["memory_used_mib"] / 1024) if gpu else None,
@@ -225,6 +232,24 @@ def _host_context(request: HttpRequest, instance: Instance) -> dict:
         "isolation": isolation_in_words(instance.isolation),
         **_notebook_context(instance),
         "cluster": _cluster_context(instance, now=now),
+        "mig": _mig_context(instance, request.user),
+    }
+
+
+def _mig_context(instance: Instance, user) -> dict | None:
+    """The MIG card: a slice's place (its shared host, GPU and device); a shared host's layout,
+    slice by slice with who holds it for admins, and how full it is for everyone."""
+    if instance.is_mig_slice:
+        slot = instance.held_slot
+        return {"slice": slot, "profile": instance.order.mig_profile}
+    if not instance.is_mig_host:
+        return None
+    slots = mig_layout(instance)
+    return {
+        "profile": instance.order.mig_profile,
+        "taken": sum(1 for slot in slots if slot.holder_id),
+        "total": len(slots),
+        "slots": slots if user.is_portal_admin else [],
     }
 
 

@@ -10,6 +10,7 @@ leave, and takes their decision.
 
 from __future__ import annotations
 
+import math
 from decimal import Decimal, InvalidOperation
 
 from django.conf import settings
@@ -22,9 +23,19 @@ from django.views.decorators.http import require_POST
 
 from instances import services
 from instances.forms import OrderForm
-from instances.models import Image, InstanceType, InterruptionPolicy, Market, Order, Placement
+from instances.models import (
+    Image,
+    InstanceType,
+    InterruptionPolicy,
+    Market,
+    Order,
+    Placement,
+    gpu_equivalents,
+    gpus_in_words,
+)
 from instances.selectors.clusters import order_size_bounds
 from instances.selectors.headroom import Preview, order_preview
+from instances.selectors.mig import mig_slice
 from instances.selectors.orders import orders_to_decide
 from instances.selectors.quotas import holders_of, longest_lease, usage
 from portal import permissions
@@ -119,6 +130,8 @@ def order_context(request: HttpRequest, instance_type: InstanceType, data) -> di
     placement = data.get("placement")
     placement = placement if placement in Placement.values else Placement.INDEPENDENT
     count = _number(data.get("count") or (2 if placement == Placement.CLUSTER else 1))
+    sliced = mig_slice(instance_type, data.get("mig_profile") or "")
+    profile = sliced.profile if sliced else None
     lease = _number(data.get("lease_hours") or settings.PORTAL_LEASE_DEFAULT_HOURS)
     longest = settings.PORTAL_LEASE_MAX_HOURS
     if project is not None:
@@ -133,6 +146,7 @@ def order_context(request: HttpRequest, instance_type: InstanceType, data) -> di
         "invalid": [],
         "preview": Preview(),
         "placement_hint": _placement_hint(instance_type, placement),
+        "slice": sliced,
         "count_min": order_size_bounds(placement)[0],
         "count_max": order_size_bounds(placement)[1],
         "count_hint": f"Up to {order_size_bounds(placement)[1]} in one order.",
@@ -147,7 +161,7 @@ def order_context(request: HttpRequest, instance_type: InstanceType, data) -> di
         if lease is None or not 1 <= lease <= longest:
             context["invalid"].append(f"A lease lasts from 1 to {longest} hours.")
         if not context["invalid"]:
-            context.update(_priced(instance_type, market, count, lease))
+            context.update(_priced(instance_type, market, count, lease, profile))
         return context
     words = order_words(instance_type=instance_type, longest=longest)
     fields = {
@@ -161,6 +175,7 @@ def order_context(request: HttpRequest, instance_type: InstanceType, data) -> di
         "max_spot_price": _price(data.get("max_spot_price")) if market == Market.SPOT else None,
         "interruption_policy": InterruptionPolicy.NOTIFY if market == Market.SPOT else "",
         "placement": placement,
+        "mig_profile": profile.name if profile else "",
     }
     try:
         order = services.order_validate(
@@ -185,9 +200,9 @@ def order_context(request: HttpRequest, instance_type: InstanceType, data) -> di
     preview = order_preview(order)
     if preview.refusal_code == "quota_lease":
         context["invalid"].append(words(None, PortalError("", code="quota_lease"))[1])
-    context.update(preview=preview, **_priced(instance_type, market, count, lease))
+    context.update(preview=preview, **_priced(instance_type, market, count, lease, profile))
     if preview.refusal_code.startswith("quota"):
-        context.update(_quota_blocked(user, project, instance_type.gpu_count * count))
+        context.update(_quota_blocked(user, project, math.ceil(order.gpus)))
     return _bounded(context)
 
 
@@ -233,16 +248,20 @@ def _bounded(context: dict) -> dict:
     return context
 
 
-def _priced(instance_type: InstanceType, market: str, count: int, lease: int) -> dict:
+def _priced(instance_type: InstanceType, market: str, count: int, lease: int, profile=None) -> dict:
     def estimate(market: str):
         return services.order_estimate(
-            instance_type=instance_type, market=market, count=count, lease_hours=lease
+            instance_type=instance_type,
+            market=market,
+            count=count,
+            lease_hours=lease,
+            mig_profile=profile,
         )
 
     chosen = estimate(market)
     return {
         "estimate": chosen,
-        "gpu_hours": count * lease * instance_type.gpu_count,
+        "gpu_hours": gpus_in_words(count * lease * gpu_equivalents(instance_type, profile)),
         "saving": estimate(Market.ON_DEMAND).per_lease - chosen.per_lease,
     }
 
@@ -290,8 +309,14 @@ def order_page(request: HttpRequest, name: str) -> HttpResponse:
                 if data["market"] == Market.SPOT
                 else "",
                 placement=data["placement"] or Placement.INDEPENDENT,
+                mig_profile=data["mig_profile"],
             )
             what = f"{order.count}× {instance_type.name} ({order.get_market_display()})"
+            if order.is_mig_slice:
+                what = (
+                    f"{order.count}× {order.mig_profile.name} slice of {instance_type.name} "
+                    f"({order.get_market_display()})"
+                )
             if order.is_cluster:
                 what = f"a cluster of {what}"
             if order.status == Order.Status.PENDING_APPROVAL:

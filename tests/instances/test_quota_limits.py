@@ -24,8 +24,8 @@ def test_a_bar_per_limit_with_its_level():
     quota = Quota(max_gpus=10, max_instances=0)
     shown = bars(quota, Usage(gpus=8, instances=1))
     assert [(b["label"], b["used"], b["limit"], b["percent"], b["level"]) for b in shown] == [
-        ("GPUs", 8, 10, 80, "high"),
-        ("Hosts", 1, 0, 100, "over"),
+        ("GPUs", "8", 10, 80, "high"),
+        ("Hosts", "1", 0, 100, "over"),
     ]
     assert bars(None, Usage()) == []
 

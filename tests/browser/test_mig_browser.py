@@ -1,0 +1,62 @@
+"""Alice orders two MIG slices of a p4d in the browser: the order page prices a slice-hour and
+counts sevenths of a GPU, the slice's page shows its device and its shared host, and Ada (an
+admin) reads on the shared host's page which slice is whose."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+
+from instances import tasks
+from instances.models import Instance
+from instances.services.mig import mig_host_follow
+from tests.browser.conftest import keep_screenshot
+from tests.conftest import ED25519
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def test_alice_orders_slices_and_ada_reads_the_shared_hosts_layout(
+    page, sign_in, alice, ada, catalog, settings
+):
+    settings.PORTAL_MIG_SLICES = True
+    sign_in("alice")
+    page.goto("/catalog/p4d.24xlarge/order/")
+    page.select_option("#id_mig_profile", "3g.20gb")
+    page.fill("#id_count", "2")
+    estimate = page.locator("#estimate")
+    # 3/7 of one of eight A100s at $32.7726/h: $1.76 a slice-hour; 2 slices for the 24-hour
+    # lease are 20 4/7 GPU-hours.
+    expect(estimate).to_contain_text("2 × 3g.20gb slices of p4d.24xlarge")
+    expect(estimate).to_contain_text("$1.76 per 3g.20gb slice-hour · 20 4/7 GPU-hours")
+    page.fill("#id_ssh_public_key", ED25519)
+    keep_screenshot(page, "mig-order")
+    page.get_by_role("button", name="Place order").click()
+    expect(page.locator(".flash")).to_contain_text("2× 3g.20gb slice of p4d.24xlarge")
+
+    slices = list(Instance.objects.filter(order__mig_host=False).order_by("created_at", "id"))
+    for record in slices:
+        tasks.provision_instance.apply(args=[str(record.pk)])
+    host = Instance.objects.get(order__mig_host=True)
+    tasks.provision_instance.apply(args=[str(host.pk)])
+    mig_host_follow(host_id=host.pk)
+    mine = Instance.objects.get(pk=slices[0].pk)
+    page.goto(f"/hosts/{mine.pk}/")
+    card = page.get_by_test_id("mig")
+    expect(card.get_by_role("heading")).to_have_text("MIG slice 3g.20gb")
+    expect(card.get_by_test_id("mig-device")).to_have_text(mine.held_slot.device_uuid)
+    expect(card.get_by_role("link", name=host.name)).to_be_visible()
+    expect(page.get_by_role("button", name="Stop")).to_have_count(0)
+    keep_screenshot(page, "mig-slice")
+
+    page.context.clear_cookies()
+    sign_in("ada")
+    page.goto(f"/hosts/{host.pk}/")
+    layout = page.get_by_test_id("mig")
+    expect(layout.get_by_role("heading")).to_have_text(
+        "Shared MIG host: 2 of 16 3g.20gb slices in use"
+    )
+    rows = layout.locator("tbody tr")
+    expect(rows).to_have_count(16)
+    expect(rows.filter(has_text="alice")).to_have_count(2)
+    keep_screenshot(page, "mig-shared-host")

@@ -1,0 +1,255 @@
+"""Orders of MIG slices on the simulated cloud: a slice is a host record placed on a shared host of
+its type and profile (launched when none has room), running at the host's address with its own
+MIG device; quotas count it in GPU-equivalents, metering bills it at its profile's share and
+never bills the shared host; it is given back (not stopped), and a shared host with no slice
+left ends after PORTAL_MIG_HOST_EMPTY_MINUTES; what an order of slices refuses."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from billing.models import Usage
+from billing.services.metering import usage_meter
+from billing.services.rollups import rollups_refresh
+from instances import services, tasks
+from instances.models import Instance, MigSlot, Order, Quota
+from instances.services.mig import mig_host_follow
+
+S = Instance.Status
+
+
+@pytest.fixture(autouse=True)
+def _slices_taken(settings):
+    settings.PORTAL_MIG_SLICES = True
+
+
+@pytest.fixture
+def slice_body(order_body):
+    def body(**overrides):
+        return order_body(instance_type="p4d.24xlarge", mig_profile="1g.5gb") | overrides
+
+    return body
+
+
+@pytest.fixture
+def slices(place_order, alice, catalog):
+    """Place an order of ``count`` slices through the service and launch each of them."""
+
+    def make(count: int = 1, *, user=None, profile: str = "1g.5gb", **overrides) -> list:
+        order = place_order(
+            user or alice,
+            instance_type=catalog["p4d.24xlarge"],
+            mig_profile=profile,
+            count=count,
+            **overrides,
+        )
+        for record in order.instances.all():
+            tasks.provision_instance.apply(args=[str(record.pk)])
+        return list(order.instances.order_by("created_at", "id"))
+
+    return make
+
+
+def shared_hosts():
+    return Instance.objects.filter(order__mig_host=True)
+
+
+def host_run(host: Instance) -> Instance:
+    """The shared host's own launch, then its slices follow it (its move's task)."""
+    tasks.provision_instance.apply(args=[str(host.pk)])
+    mig_host_follow(host_id=host.pk)
+    return Instance.objects.get(pk=host.pk)
+
+
+def test_a_slice_order_places_slices_on_one_shared_host_that_it_launches(api_as, alice, slice_body):
+    reply = api_as(alice).post("/api/v1/orders/", slice_body(count=2), format="json")
+    assert reply.status_code == 201, reply.json()
+    order = reply.json()
+    assert order["mig_profile"] == "1g.5gb" and order["count"] == 2
+    # 1/7 of one of eight A100s at $32.7726/h, the share as the catalog lists it.
+    assert order["quoted_price_per_hour"] == "0.585401"
+    assert order["estimate"]["per_hour"] == "1.170802"
+    records = Instance.objects.filter(order_id=order["id"]).order_by("created_at", "id")
+    for record in records:
+        tasks.provision_instance.apply(args=[str(record.pk)])
+    host = shared_hosts().get()
+    assert host.order.mig_profile.name == "1g.5gb" and host.instance_type.name == "p4d.24xlarge"
+    assert MigSlot.objects.filter(host=host).count() == 56
+    assert [r.status for r in records.all()] == [S.PROVISIONING] * 2  # waiting for the host
+    host = host_run(host)
+    assert host.status == S.RUNNING
+    shown = api_as(alice).get(f"/api/v1/orders/{order['id']}/").json()["instances"]
+    assert {h["status"] for h in shown} == {"running"}
+    assert {h["public_ip"] for h in shown} == {host.public_ip}
+    assert {h["shared_host"] for h in shown} == {str(host.pk)}
+    devices = [h["mig_device"] for h in shown]
+    assert len(set(devices)) == 2 and all(d.startswith("MIG-") for d in devices)
+    assert all(h["mig_profile"] == "1g.5gb" for h in shown)
+    assert {h["ssh_command"] for h in shown} == {None}  # no shared login on a shared host
+    # A third slice ordered later lands on the same host: no second shared host.
+    reply = api_as(alice).post("/api/v1/orders/", slice_body(), format="json")
+    third = Instance.objects.get(order_id=reply.json()["id"])
+    tasks.provision_instance.apply(args=[str(third.pk)])
+    third.refresh_from_db()
+    assert third.status == S.RUNNING and third.held_slot.host_id == host.pk
+    assert shared_hosts().count() == 1
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "words"),
+    [
+        ({"mig_profile": "9g.99gb"}, "mig_profile", "has no MIG profile '9g.99gb'; it splits into"),
+        (
+            {"instance_type": "g5.xlarge"},
+            "mig_profile",
+            "does not split into MIG slices",
+        ),
+        (
+            {"placement": "cluster", "nodes": 2, "count": None},
+            "mig_profile",
+            "A cluster's nodes are whole hosts",
+        ),
+        (
+            {"market": "spot", "interruption_policy": "relaunch_spot"},
+            "interruption_policy",
+            "its interruption_policy is notify",
+        ),
+    ],
+)
+def test_what_an_order_of_slices_refuses(api_as, alice, slice_body, overrides, field, words):
+    body = {k: v for k, v in (slice_body() | overrides).items() if v is not None}
+    reply = api_as(alice).post("/api/v1/orders/", body, format="json")
+    assert reply.status_code == 400, reply.json()
+    assert words in str(reply.json()), reply.json()
+    assert field in str(reply.json())
+    assert not Order.objects.exists()
+    estimate = api_as(alice).get(
+        "/api/v1/orders/estimate/",
+        {"instance_type": "g5.xlarge", "mig_profile": "1g.5gb", "market": "on_demand"},
+    )
+    assert estimate.status_code == 400 and "does not split" in str(estimate.json())
+
+
+def test_quotas_count_slices_in_gpu_equivalents_and_not_the_shared_host(
+    api_as, alice, slices, slice_body, projects
+):
+    Quota.objects.create(project=projects["vision-lab"], max_gpus=1)
+    slices(6)
+    usage = api_as(alice).get("/api/v1/quotas/").json()["results"][0]["in_use"]
+    assert usage["gpus"] == round(6 / 7, 4) and usage["gpus_by_model"] == {"A100": 0.8571}
+    assert usage["instances"] == 6  # the six slices; their shared host is not the project's
+    assert len(slices(1)) == 1  # seven sevenths: exactly one GPU
+    reply = api_as(alice).post("/api/v1/orders/", slice_body(), format="json")
+    assert reply.status_code == 409
+    assert "1 are in use and this order asks for 1/7" in reply.json()["detail"]
+    # A 3g slice asks 3/7 of a GPU.
+    Quota.objects.filter(project=projects["vision-lab"]).update(max_gpus=2)
+    reply = api_as(alice).post(
+        "/api/v1/orders/", slice_body(mig_profile="3g.20gb", count=3), format="json"
+    )
+    assert reply.status_code == 409
+    assert "asks for 1 2/7" in reply.json()["detail"]
+
+
+def test_a_slice_is_billed_at_its_share_and_its_shared_host_not_at_all(
+    api_as, alice, clock, slices
+):
+    records = slices(2)
+    host = host_run(shared_hosts().get())
+    clock.shift(timedelta(hours=1))
+    usage_meter()
+    rows = Usage.objects.filter(instance__in=records)
+    assert {row.rate_micros for row in rows} == {585_401}
+    assert {row.mig_profile for row in rows} == {"1g.5gb"}
+    # One hour of 1/7 of a GPU: 514 GPU-seconds each, to the whole second.
+    assert sum(row.gpu_seconds for row in rows) == 2 * (3600 // 7)
+    assert not Usage.objects.filter(instance=host).exists()
+    rollups_refresh()
+    today = timezone.now().date()
+    body = (
+        api_as(alice)
+        .get(
+            "/api/v1/costs/",
+            {"start": str(today - timedelta(days=1)), "end": str(today), "group_by": "mig_profile"},
+        )
+        .json()
+    )
+    assert [(g["key"], g["label"], g["cost"]) for g in body["groups"]] == [
+        ("1g.5gb", "1g.5gb slices", "1.17")
+    ]
+
+
+def test_a_slice_is_given_back_not_stopped_and_an_empty_shared_host_ends(
+    api_as, alice, clock, slices, settings
+):
+    records = slices(2)
+    host = host_run(shared_hosts().get())
+    one = Instance.objects.with_detail().get(pk=records[0].pk)
+    assert [action.name for action in one.actions_now] == ["terminate"]
+    assert Instance.objects.with_detail().get(pk=host.pk).actions_now == []
+    assert api_as(alice).post(f"/api/v1/instances/{one.pk}/stop/").status_code == 409
+    for record in records:
+        assert api_as(alice).post(f"/api/v1/instances/{record.pk}/terminate/").status_code == 202
+        tasks.terminate_instance.apply(args=[str(record.pk)])
+    assert {r.status for r in Instance.objects.filter(pk__in=[r.pk for r in records])} == {
+        S.TERMINATED
+    }
+    assert not MigSlot.objects.filter(holder__isnull=False).exists()
+    assert Instance.objects.get(pk=host.pk).status == S.RUNNING
+    clock.shift(timedelta(minutes=settings.PORTAL_MIG_HOST_EMPTY_MINUTES - 1))
+    services.reconcile()
+    assert Instance.objects.get(pk=host.pk).status == S.RUNNING
+    clock.shift(timedelta(minutes=2))
+    services.reconcile()
+    assert Instance.objects.get(pk=host.pk).status == S.TERMINATING
+
+
+def test_slices_end_with_their_shared_host_and_fail_with_one_that_never_ran(slices):
+    records = slices(2)
+    host = shared_hosts().get()
+    services.instance_fail(instance_id=host.pk, reason="no capacity")
+    mig_host_follow(host_id=host.pk)
+    failed = Instance.objects.filter(pk__in=[r.pk for r in records])
+    assert {r.status for r in failed} == {S.FAILED}
+    assert all("its shared host" in r.status_reason for r in failed)
+    assert not MigSlot.objects.filter(holder__isnull=False).exists()
+    # The next slice launches a new shared host.
+    again = slices(1)[0]
+    assert again.held_slot.host_id != host.pk
+    newer = host_run(Instance.objects.get(pk=again.held_slot.host_id))
+    services.instances_end([newer], reason="test", actor="system:test")
+    tasks.terminate_instance.apply(args=[str(newer.pk)])
+    mig_host_follow(host_id=newer.pk)
+    again.refresh_from_db()
+    assert again.status == S.TERMINATED and "its shared host" in again.status_reason
+
+
+def test_a_portal_that_does_not_take_slices_says_so(api_as, alice, slice_body, settings):
+    settings.PORTAL_MIG_SLICES = False
+    reply = api_as(alice).post("/api/v1/orders/", slice_body(), format="json")
+    assert reply.status_code == 400
+    assert "does not take orders of MIG slices yet" in str(reply.json()["fields"]["mig_profile"])
+    assert not Order.objects.exists()
+
+
+def test_host_pages_show_a_slices_place_and_admins_the_shared_hosts_layout(
+    client, alice, bob, ada, slices
+):
+    mine = slices(1)[0]
+    theirs = slices(1, user=bob)[0]
+    host = host_run(shared_hosts().get())
+    mine.refresh_from_db()
+    client.force_login(alice)
+    page = client.get(f"/hosts/{mine.pk}/").content.decode()
+    assert "MIG slice 1g.5gb" in page and mine.held_slot.device_uuid in page
+    shared = client.get(f"/hosts/{host.pk}/").content.decode()
+    assert "2 of 56 1g.5gb slices in use" in shared
+    assert 'data-testid="mig-layout"' not in shared  # who holds what is for admins
+    client.force_login(ada)
+    shared = client.get(f"/hosts/{host.pk}/").content.decode()
+    assert 'data-slot="0/0"' in shared and 'data-slot="7/6"' in shared
+    assert f'href="/hosts/{mine.pk}/">alice</a>' in shared
+    assert f'href="/hosts/{theirs.pk}/">bob</a>' in shared

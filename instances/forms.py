@@ -30,6 +30,7 @@ from instances.models import (
     Market,
     Placement,
 )
+from instances.providers import provider_class
 from instances.selectors.mig import mig_slices
 from portal import permissions
 
@@ -210,7 +211,9 @@ class OrderForm(forms.Form):
                 s.profile.name,
                 f"{s.profile.name} slices · {s.compute_share} of a GPU, {s.profile.memory_gb} GB",
             )
-            for s in (mig_slices([instance_type]) if settings.PORTAL_MIG_SLICES else [])
+            for s in (
+                mig_slices([instance_type]) if provider_class().offers_slice_sessions() else []
+            )
         ]
         projects = permissions.orderable_projects(user)
         self.fields["project"].choices = [(p.slug, f"{p.name} ({p.slug})") for p in projects]

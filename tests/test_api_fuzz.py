@@ -270,6 +270,7 @@ def give_real_references(case, world: World, who: str) -> None:
             env={"SEED": "1"},
         )
         body.pop("ssh_public_key", None)
+        body.pop("mig_profile", None)  # as an order's (tests/instances/test_mig_orders.py)
         # A cluster job of two nodes, as the orders' clusters above: tests/instances/
         # test_cluster_jobs.py tries the rest.
         if body.get("nodes", 1) != 1:

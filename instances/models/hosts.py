@@ -180,7 +180,7 @@ class Instance(models.Model):
     def ssh_command(self) -> str | None:
         """How to reach a running host (None until it runs and has an address). None for a
         shared MIG host and its slices: the host's login sees every GPU and every tenant's
-        files, and a slice's own session is not built yet (PORTAL_MIG_SLICES)."""
+        files; a slice's session is its own sandbox, reached through its notebook."""
         if self.status != self.Status.RUNNING or not self.public_ip:
             return None
         if self.is_mig_host or self.is_mig_slice:

@@ -328,14 +328,44 @@ class Provider(abc.ABC):
         The class answers, so a host page's poll asks without building a cloud client."""
         return False
 
-    def notebook_start(self, cloud_id: str, *, instance_id: str, base_url: str, token: str) -> str:
+    def notebook_start(
+        self,
+        cloud_id: str,
+        *,
+        instance_id: str,
+        base_url: str,
+        token: str,
+        device: str = "",
+        kept: tuple = (),
+    ) -> str:
         """Start JupyterLab on a running host under ``base_url`` with ``token``: the address
-        (host:port) the portal reaches it at."""
+        (host:port) the portal reaches it at. ``device``: a MIG slice's notebook on its shared
+        host, in the slice's sandbox (only that device, its own files and ``kept``, its own
+        processes), as slice_session_start runs its agent."""
         raise ProviderPermanentError(f"{self.name} hosts do not offer notebooks yet.")
 
     def notebook_end(self, cloud_id: str, *, instance_id: str) -> None:
         """Stop the host's JupyterLab; a host without one changes nothing."""
         return None  # a cloud that offers no notebooks started none
+
+    @classmethod
+    def offers_slice_sessions(cls) -> bool:
+        """A MIG slice's own session on its shared host (a job agent that sees only the
+        slice's device, files and processes): only clouds whose shared hosts the portal can
+        start one on take orders of slices. The class answers, as for notebooks."""
+        return False
+
+    def slice_session_start(
+        self, cloud_id: str, *, slice_id: str, token: str, device: str, kept: tuple = ()
+    ) -> None:
+        """Start the agent of slice ``slice_id`` on shared host ``cloud_id``, with ``token`` and
+        only ``device`` visible, in a sandbox that shows the slice its own files (and the
+        folders ``kept``) and processes only. Safe to ask again: a live one is left alone."""
+        raise ProviderPermanentError(f"{self.name} shared hosts do not offer slice sessions yet.")
+
+    def slice_session_end(self, *, slice_id: str) -> None:
+        """End a slice's session and everything it runs; a slice without one changes nothing."""
+        return None  # a cloud that offers no slice sessions started none
 
 
 def launch_tags(request: LaunchRequest) -> dict[str, str]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -55,18 +56,70 @@ class HostAgents:
     def folder(self, instance_id) -> Path:
         return self.root / str(instance_id)
 
-    def ensure(self, instance_id, *, url: str, token: str, env: dict | None = None) -> int:
+    def ensure(
+        self,
+        instance_id,
+        *,
+        url: str,
+        token: str,
+        env: dict | None = None,
+        shown: tuple[tuple[Path, Path], ...] = (),
+    ) -> int:
         """The pid of the host's live agent, started now (detached, in a session of its own)
-        if it has none."""
+        if it has none. ``shown``: a tenant's agent on a shared host (a MIG slice's) runs in a
+        sandbox of its own (``sandbox``) that shows, of the hosts' folders, only its own, and
+        of each (folder, kept) pair's folder only what it keeps."""
         folder = self.folder(instance_id)
         (folder / "jobs").mkdir(parents=True, exist_ok=True)
         # Two portal processes ensuring the same host at once must not start two agents.
         with open(folder / "agent.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             live = self.pid(instance_id)
-            return live if live is not None else self._start(instance_id, url, token, env)
+            if live is not None:
+                return live
+            fence = None if not shown else ((self.root, folder), *shown)
+            return self._start(instance_id, url, token, env, fence)
 
-    def _start(self, instance_id, url: str, token: str, env: dict | None) -> int:
+    def sandbox(
+        self, instance_id, command: list[str], shown: tuple[tuple[Path, Path], ...]
+    ) -> list[str]:
+        """``command`` as a tenant of a shared host runs it: in PID and mount namespaces of its
+        own (unshare, util-linux), where it sees its own processes only, and where each
+        (folder, kept) pair of ``shown`` leaves in the folder (the hosts' folders, every order's
+        checkpoints) only what it keeps: the other tenants' files and processes are not there.
+        Run by root, as the simulated cloud's hosts are on CI and here; the mounts live and die
+        with the namespace."""
+        stash = self.root.parent / ".sandboxes" / str(instance_id)
+        lines = ["set -e"]
+        for number, (folder, own) in enumerate(shown):
+            own.mkdir(parents=True, exist_ok=True)
+            kept = stash / str(number)
+            kept.mkdir(parents=True, exist_ok=True)
+            lines += [
+                f"mount --bind {shlex.quote(str(own))} {shlex.quote(str(kept))}",
+                f"mount -t tmpfs -o mode=0755 sandbox {shlex.quote(str(folder))}",
+                f"mkdir -p {shlex.quote(str(own))}",
+                f"mount --move {shlex.quote(str(kept))} {shlex.quote(str(own))}",
+            ]
+        lines.append('exec "$@"')
+        return [
+            "unshare",
+            "--mount",
+            "--propagation=private",
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            "--kill-child=SIGTERM",
+            "sh",
+            "-c",
+            "\n".join(lines),
+            "sandbox",
+            *command,
+        ]
+
+    def _start(
+        self, instance_id, url: str, token: str, env: dict | None, shown: tuple | None = None
+    ) -> int:
         folder = self.folder(instance_id)
         variables = {name: os.environ[name] for name in INHERITED if name in os.environ}
         variables |= {
@@ -78,9 +131,12 @@ class HostAgents:
             "PORTAL_AGENT_TOKEN": token,
             "PORTAL_AGENT_WORKDIR": str(folder / "jobs"),
         }
+        command = [sys.executable, str(AGENT), "jobs"]
+        if shown:
+            command = self.sandbox(instance_id, command, shown)
         with open(folder / "agent.log", "ab") as log:
             child = subprocess.Popen(  # noqa: S603 (this interpreter, the portal's own agent)
-                [sys.executable, str(AGENT), "jobs"],
+                command,
                 env=variables,
                 cwd=folder,
                 stdin=subprocess.DEVNULL,
@@ -94,10 +150,13 @@ class HostAgents:
         pid_file.with_suffix(".tmp").replace(pid_file)
         return child.pid
 
-    def notebook_start(self, instance_id, *, base_url: str, token: str) -> int:
+    def notebook_start(
+        self, instance_id, *, base_url: str, token: str, device: str = "", kept: tuple = ()
+    ) -> int:
         """Start JupyterLab for the host, in its folder, on a free loopback port (what a host's
         agent does on EC2): the port, once the server runs. Only the portal's proxy is told the
-        port and the token."""
+        port and the token. ``device``: a MIG slice's, in its sandbox (``sandbox``), seeing
+        that device only."""
         home = self.folder(instance_id) / "home"
         home.mkdir(parents=True, exist_ok=True)
         self.notebook_end(instance_id)
@@ -110,26 +169,32 @@ class HostAgents:
         news = home / ".jupyter/lab/user-settings/@jupyterlab/apputils-extension"
         news.mkdir(parents=True, exist_ok=True)
         (news / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}\n')
+        if device:
+            variables |= {"CUDA_VISIBLE_DEVICES": device, "PORTAL_MIG_DEVICE": device}
+        command = [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--ip=127.0.0.1",
+            f"--port={port}",
+            "--port-retries=0",
+            f"--ServerApp.base_url={base_url}",
+            f"--ServerApp.root_dir={home}",
+            f"--IdentityProvider.token={token}",
+            # Nothing on this machine may fetch from the internet at run time.
+            "--LabApp.news_url=None",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            "--LabApp.extension_manager=readonly",
+            # A sandbox host's user is this machine's (root in CI's containers).
+            "--allow-root",
+        ]
+        if device:
+            shown = ((self.root, self.folder(instance_id)), *kept)
+            command = self.sandbox(instance_id, command, shown)
         with open(self.folder(instance_id) / "notebook.log", "ab") as log:
             child = subprocess.Popen(  # noqa: S603 (this interpreter's JupyterLab)
-                [
-                    sys.executable,
-                    "-m",
-                    "jupyterlab",
-                    "--no-browser",
-                    "--ip=127.0.0.1",
-                    f"--port={port}",
-                    "--port-retries=0",
-                    f"--ServerApp.base_url={base_url}",
-                    f"--ServerApp.root_dir={home}",
-                    f"--IdentityProvider.token={token}",
-                    # Nothing on this machine may fetch from the internet at run time.
-                    "--LabApp.news_url=None",
-                    "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-                    "--LabApp.extension_manager=readonly",
-                    # A sandbox host's user is this machine's (root in CI's containers).
-                    "--allow-root",
-                ],
+                command,
                 env=variables | {"HOME": str(home)},
                 cwd=home,
                 stdin=subprocess.DEVNULL,
@@ -212,13 +277,50 @@ class HostNotebooks:
 
         return settings.PORTAL_SIMULATED_AGENTS  # what each instance's ``agents`` is set from
 
-    def notebook_start(self, cloud_id: str, *, instance_id: str, base_url: str, token: str) -> str:
+    def notebook_start(
+        self,
+        cloud_id: str,
+        *,
+        instance_id: str,
+        base_url: str,
+        token: str,
+        device: str = "",
+        kept: tuple = (),
+    ) -> str:
         from instances.providers.base import ProviderPermanentError
 
         if self._get(cloud_id).state != "running":
             raise ProviderPermanentError("The host is not running.", code="IncorrectInstanceState")
-        port = host_agents().notebook_start(instance_id, base_url=base_url, token=token)
+        port = host_agents().notebook_start(
+            instance_id, base_url=base_url, token=token, device=device, kept=kept
+        )
         return f"127.0.0.1:{port}"
 
     def notebook_end(self, cloud_id: str, *, instance_id: str) -> None:
         host_agents().notebook_end(instance_id)
+
+    @classmethod
+    def offers_slice_sessions(cls) -> bool:
+        return cls.offers_notebooks()  # the same processes on this machine
+
+    def slice_session_start(
+        self, cloud_id: str, *, slice_id: str, token: str, device: str, kept: tuple = ()
+    ) -> None:
+        """The slice's agent on this machine, in its own sandbox (HostAgents.sandbox), with
+        CUDA_VISIBLE_DEVICES naming its MIG device only."""
+        from django.conf import settings
+
+        from instances.providers.base import ProviderPermanentError
+
+        if self._get(cloud_id).state != "running":
+            raise ProviderPermanentError("The host is not running.", code="IncorrectInstanceState")
+        host_agents().ensure(
+            slice_id,
+            url=settings.PORTAL_AGENT_URL,
+            token=token,
+            env={"CUDA_VISIBLE_DEVICES": device, "PORTAL_MIG_DEVICE": device},
+            shown=tuple(kept),
+        )
+
+    def slice_session_end(self, *, slice_id: str) -> None:
+        host_agents().end(slice_id)

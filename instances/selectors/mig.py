@@ -7,8 +7,6 @@ import dataclasses
 from collections.abc import Callable
 from decimal import Decimal
 
-from django.conf import settings
-
 from instances.data import gpu_reference
 from instances.models import (
     COMPUTE_SLICES,
@@ -18,6 +16,7 @@ from instances.models import (
     MigSlot,
     Placement,
 )
+from instances.providers import provider_class
 
 MICRO = Decimal("0.000001")
 
@@ -95,12 +94,12 @@ def mig_order_refusals(
 ) -> MigSlice | None:
     """Refuse (through order_validate's ``refuse``) what an order of slices cannot be; return
     the slice it asks for when it can be one."""
-    if not settings.PORTAL_MIG_SLICES:
+    if not provider_class().offers_slice_sessions():
         refuse(
             "mig_profile",
-            "This portal does not take orders of MIG slices yet (PORTAL_MIG_SLICES is off): "
-            "order whole hosts.",
-            "mig_not_enabled",
+            "This cloud's shared hosts do not offer slice sessions yet (a slice's own sandbox "
+            "with only its MIG device), so slices cannot be ordered here: order whole hosts.",
+            "mig_not_offered_here",
         )
         return None
     offered = mig_slice(instance_type, name)

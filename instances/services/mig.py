@@ -17,20 +17,27 @@ one-to-one."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Max, Q
 from django.utils import timezone
 
-from instances.models import Instance, MigProfile, MigSlot, Order, OrderEvent
+from instances.lib.checkpoints import backup_dir
+from instances.models import Instance, Job, MigProfile, MigSlot, Order, OrderEvent
+from instances.providers import get_provider
+from instances.providers.base import ProviderError
 from instances.selectors.costs import order_estimate
 from instances.selectors.hosts import instance_load
 from instances.selectors.mig import mig_slice
 from instances.services.hosts import instances_end
 from instances.services.orders import instance_create
+from instances.services.spot_recovery import instance_interrupted
+from instances.services.telemetry import agent_credential_issue
 from instances.services.transitions import instance_note, instance_transition, instance_walk
 from portal.lib.errors import Conflict
 from portal.models import Project
@@ -100,6 +107,8 @@ def mig_slice_place(*, holder: Instance, profile: MigProfile) -> MigSlot | None:
                 host__market=holder.market,
                 host__image_id=holder.image_id,
                 host__status__in=PLACEABLE,
+                # A host the cloud has warned it takes back gets no new slice.
+                host__spot_interruption_at__isnull=True,
             )
             .order_by("id")
             .first()
@@ -120,6 +129,7 @@ def mig_slice_release(*, holder: Instance) -> bool:
 
 S = Instance.Status
 PROVISION = "system:provision"
+log = logging.getLogger(__name__)
 
 
 def mig_slice_provision(*, instance: Instance) -> Instance:
@@ -205,18 +215,25 @@ def mig_slice_follow(*, instance: Instance, host: Instance) -> Instance:
             reason=f"its shared host {host.name} runs",
             actor=PROVISION,
         )
+    if host.status == S.RUNNING and instance.status == S.RUNNING:
+        _session_start(instance, host)
         return instance
     if host.is_live and host.status != S.INTERRUPTED:
         return instance
+    get_provider().slice_session_end(slice_id=str(instance.pk))
     why = f"its shared host {host.name} is {host.get_status_display().lower()}"
     if host.status_reason:
         why = f"{why}: {host.status_reason}"
     if instance.status == S.PROVISIONING:
         return instance_walk(instance, [S.FAILED], reason=why, actor=PROVISION, at=None)
     if host.status == S.INTERRUPTED or host.spot_interruption_at:
-        return instance_walk(
+        first = instance.status == S.RUNNING
+        instance = instance_walk(
             instance, [S.INTERRUPTED, S.TERMINATED], reason=why, actor=PROVISION, at=None
         )
+        if first:
+            instance_interrupted(instance=instance)  # its owner hears, as of a host
+        return instance
     return instance_walk(instance, [S.TERMINATED], reason=why, actor=PROVISION, at=None)
 
 
@@ -234,8 +251,39 @@ def mig_host_follow(*, host_id) -> int:
     return moved
 
 
+def slice_sandbox(instance: Instance) -> dict:
+    """What a slice's session (its job agent, its JupyterLab) is given on its shared host: its
+    MIG device, and the folders it keeps in sight besides its own (its order's checkpoints,
+    when they are local: every other order's are out of sight)."""
+    uri = instance.order.checkpoint_uri
+    kept = ()
+    if uri.startswith("file://"):
+        kept = ((Path(settings.PORTAL_CHECKPOINT_LOCAL_DIR), Path(backup_dir(uri))),)
+    return {"device": instance.held_slot.device_uuid, "kept": kept}
+
+
+def _session_start(instance: Instance, host: Instance) -> None:
+    """A job's slice gets its session on its running host: the job's agent, seeing only the
+    slice's MIG device, its own files (and its order's checkpoints) and its own processes.
+    Asked on every follow: a live session is left alone."""
+    if not Job.objects.filter(order_id=instance.order_id).exists():
+        return
+    try:
+        get_provider().slice_session_start(
+            host.cloud_id,
+            slice_id=str(instance.pk),
+            token=agent_credential_issue(instance=instance),
+            **slice_sandbox(instance),
+        )
+    except ProviderError as error:
+        # Asked again at the slice's next follow (its host's next move, the reconcile pass).
+        log.warning("slice %s: no session on %s yet: %s", instance.pk, host.cloud_id, error)
+
+
 def mig_slice_end(*, instance: Instance) -> Instance:
-    """Give a slice back (its terminate): nothing in the cloud ends, its slot is freed."""
+    """Give a slice back (its terminate): nothing in the cloud ends but its session; its slot
+    is freed."""
+    get_provider().slice_session_end(slice_id=str(instance.pk))
     return instance_walk(
         instance,
         [S.TERMINATED],

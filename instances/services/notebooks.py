@@ -17,6 +17,7 @@ from django.utils import timezone
 from instances.models import Image, Instance, Notebook
 from instances.providers import get_provider, provider_class
 from instances.providers.base import Provider, ProviderError
+from instances.services.mig import slice_sandbox
 from instances.services.queue import enqueue
 from portal import permissions
 from portal.lib.errors import Conflict, Forbidden
@@ -59,6 +60,16 @@ def notebook_refusal(instance: Instance) -> tuple[str, str] | None:
     """Why this host cannot open a notebook through the portal, as (code, sentence), or None
     when it can: the cloud must offer notebooks, the host's image ship JupyterLab, and the
     host run."""
+    if instance.is_mig_host:
+        return (
+            "mig_shared_host",
+            "A shared MIG host has no notebook of its own: each slice opens its own.",
+        )
+    if instance.is_mig_slice and not provider_class().offers_slice_sessions():
+        return (
+            "slice_sessions_not_offered",
+            "This cloud's shared hosts do not offer slice sessions yet.",
+        )
     if not provider_class().offers_notebooks():
         return (
             "notebooks_not_offered",
@@ -117,11 +128,16 @@ def notebook_launch(*, notebook_id, provider: Provider | None = None) -> Noteboo
     instance = notebook.instance
     provider = provider or get_provider()
     try:
+        slot = instance.held_slot if instance.is_mig_slice else None
+        if instance.is_mig_slice and slot is None:
+            raise ProviderError("The slice holds no MIG slot any more.")
+        # A slice's notebook runs on its shared host, in the slice's own sandbox.
         address = provider.notebook_start(
-            instance.cloud_id,
+            slot.host.cloud_id if slot else instance.cloud_id,
             instance_id=str(instance.pk),
             base_url=notebook_base_url(instance),
             token=notebook.token,
+            **(slice_sandbox(instance) if slot else {}),
         )
         _wait_until_it_answers(notebook, address)
     except (ProviderError, TimeoutError) as error:
@@ -159,8 +175,10 @@ def notebook_close(*, instance: Instance, actor, provider: Provider | None = Non
     notebook = live_notebook(instance)
     if notebook is None:
         return
-    if instance.cloud_id:
-        (provider or get_provider()).notebook_end(instance.cloud_id, instance_id=str(instance.pk))
+    slot = instance.held_slot if instance.is_mig_slice else None
+    cloud_id = slot.host.cloud_id if slot else instance.cloud_id
+    if cloud_id:
+        (provider or get_provider()).notebook_end(cloud_id, instance_id=str(instance.pk))
     Notebook.objects.filter(pk=notebook.pk, status__in=Notebook.LIVE).update(
         status=N.ENDED, ended_at=timezone.now(), reason=f"stopped by {actor.username}"
     )

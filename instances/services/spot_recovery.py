@@ -62,6 +62,15 @@ def _name(instance: Instance) -> str:
     return f"{instance.instance_type.name} {str(instance.pk)[:8]} in {instance.project.slug}"
 
 
+def _what(instance: Instance) -> str:
+    """The host the cloud takes back, as its owner knows it: a slice lives on a shared host."""
+    if instance.is_mig_slice:
+        slot = instance.held_slot
+        where = f" {slot.host.cloud_id}" if slot else ""
+        return f"the spot shared host{where} of your {instance.order.mig_profile.name} slice"
+    return f"spot host {instance.cloud_id}"
+
+
 def _tell(instance: Instance, *, subject: str, body: str) -> None:
     """A notice (and an email) to the host's owner, linking to the host."""
     notice_send(user=instance.owner, subject=subject, body=body, link=f"/hosts/{instance.pk}/")
@@ -172,6 +181,23 @@ def spot_warning_receive(*, warning: SpotWarning) -> Instance | None:
     instance = Instance.objects.with_detail().filter(cloud_id=warning.cloud_id).first()
     if instance is None or instance.market != Market.SPOT or not instance.is_live:
         return instance
+    if instance.is_mig_host:
+        # The people warned are the slices' owners: the host's slices are warned each.
+        holders = Instance.objects.with_detail().filter(
+            mig_slot__host=instance, status__in=Instance.LIVE
+        )
+        for holder in holders:
+            _warned(holder, warning)
+        if warning.kind != SpotWarning.REBALANCE:
+            Instance.objects.filter(pk=instance.pk, spot_warning_at__isnull=True).update(
+                spot_warning_at=warning.at, spot_interruption_at=warning.action_at or warning.at
+            )
+        return instance_load(instance.pk)
+    return _warned(instance, warning)
+
+
+def _warned(instance: Instance, warning: SpotWarning) -> Instance:
+    """Act on a warning for ``instance`` (a host, or a slice of the warned shared host)."""
     if warning.kind == SpotWarning.REBALANCE:
         _rebalance_tell(instance)
         return instance
@@ -194,7 +220,7 @@ def spot_warning_receive(*, warning: SpotWarning) -> Instance | None:
         _tell(
             instance,
             subject=f"Spot host {_name(instance)} will be interrupted at {action_at:%H:%M} UTC",
-            body=f"The cloud takes back spot host {instance.cloud_id} at {action_at:%H:%M:%S} "
+            body=f"The cloud takes back {_what(instance)} at {action_at:%H:%M:%S} "
             f"UTC; data on its local disks will be gone. {then} {_checkpoint_line(instance)}"
             f"{_cluster_line(instance)}",
         )
@@ -222,7 +248,7 @@ def _rebalance_tell(instance: Instance) -> None:
         _tell(
             instance,
             subject=f"Spot host {_name(instance)} is at higher risk of interruption",
-            body=f"The cloud recommends moving work off spot host {instance.cloud_id}: the risk "
+            body=f"The cloud recommends moving work off {_what(instance)}: the risk "
             f"that it takes the host back has risen. Save your work now. If a two-minute "
             f"interruption warning follows, {then}. {_checkpoint_line(instance)}",
         )
@@ -232,6 +258,8 @@ def instance_interrupted(*, instance: Instance) -> None:
     """The cloud took a spot host back (reconcile saw it, warned or not): tell the owner, and
     start the replacement now if the warning did not (none came, or admission refused it while
     the host still counted)."""
+    if instance.is_mig_host:
+        return  # its slices' owners hear, each of their slice (mig_slice_follow)
     policy = _policy(instance)
     replacement = instance.replaced_by
     if instance.pool_id:
@@ -255,7 +283,7 @@ def instance_interrupted(*, instance: Instance) -> None:
     _tell(
         instance,
         subject=f"Spot host interrupted: {instance.instance_type.name} in {instance.project.slug}",
-        body=f"The cloud took back spot host {instance.cloud_id}. Data on its local disks is "
+        body=f"The cloud took back {_what(instance)}. Data on its local disks is "
         f"gone. {then} {_checkpoint_line(instance)}{_cluster_line(instance)}",
     )
 

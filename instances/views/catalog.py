@@ -3,7 +3,6 @@ order with their specs, prices and the images that run on each."""
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
@@ -12,6 +11,7 @@ from instances.models import (
     Image,
     InstanceType,
 )
+from instances.providers import provider_class
 from instances.selectors.mig import mig_slices
 from portal import permissions
 
@@ -61,6 +61,6 @@ def catalog(request: HttpRequest) -> HttpResponse:
         "sorts": SORTS,
         "total": offered.count(),
         "can_order": permissions.can_order(request.user),
-        "mig_orderable": settings.PORTAL_MIG_SLICES,
+        "mig_orderable": provider_class().offers_slice_sessions(),
     }
     return render(request, "instances/catalog.html", context, status=200 if valid else 400)

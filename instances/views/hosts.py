@@ -100,6 +100,7 @@ def _host_rows(request: HttpRequest) -> dict:
             "cost_note": notes[instance.pk],
             "rate": rate_now(instance) if running else None,
             "ssh": instance.ssh_command,
+            "slice_session": instance.is_mig_slice and instance.status == Instance.Status.RUNNING,
             "can_act": permissions.can_act_on_host(request.user, instance, managed),
             "takeback": services.spot_takeback(instance),
         }
@@ -201,6 +202,7 @@ def _host_context(request: HttpRequest, instance: Instance) -> dict:
         # for spot), not the price quoted when it was ordered.
         "rate": rate_now(instance) if instance.status == Instance.Status.RUNNING else None,
         "ssh": instance.ssh_command,
+        "slice_session": instance.is_mig_slice and instance.status == Instance.Status.RUNNING,
         "can_act": permissions.can_act_on_host(request.user, instance),
         "can_keep_running": permissions.can_keep_running(request.user, instance),
         "now": now,

@@ -279,13 +279,6 @@ PORTAL_RECONCILE_MAX_RETRIES = env_int(
     help="How often reconcile re-sends lost work: then a launch fails with the reason, and a "
     "stop, start or terminate is handed to the admins and the owner in a notice.",
 )
-PORTAL_MIG_SLICES = env_bool(
-    "PORTAL_MIG_SLICES",
-    False,
-    help="Take orders of MIG slices (mig_profile). Off until a slice's own session (an SSH "
-    "login with only its MIG device visible) is built: a slice ordered now is placed, counted "
-    "and billed, but nobody can log in to it.",
-)
 PORTAL_MIG_HOST_EMPTY_MINUTES = env_int(
     "PORTAL_MIG_HOST_EMPTY_MINUTES",
     30,

@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 def test_alice_orders_slices_and_ada_reads_the_shared_hosts_layout(
     page, sign_in, alice, ada, catalog, settings
 ):
-    settings.PORTAL_MIG_SLICES = True
+    settings.PORTAL_SIMULATED_AGENTS = True
     sign_in("alice")
     page.goto("/catalog/p4d.24xlarge/order/")
     page.select_option("#id_mig_profile", "3g.20gb")

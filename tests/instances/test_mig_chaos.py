@@ -43,7 +43,7 @@ PROFILE, PER_HOST = "7g.40gb", 8
 def test_a_worker_killed_while_placing_slices_gives_no_slice_to_two(
     place_order, alice, bob, catalog, settings, capsys
 ):
-    settings.PORTAL_MIG_SLICES = True
+    settings.PORTAL_SIMULATED_AGENTS = True
     rng = random.Random(20261204)
     purge_queues()
     records = []

@@ -7,6 +7,7 @@ left ends after PORTAL_MIG_HOST_EMPTY_MINUTES; what an order of slices refuses."
 from __future__ import annotations
 
 from datetime import timedelta
+from decimal import Decimal
 
 import pytest
 from django.utils import timezone
@@ -16,14 +17,16 @@ from billing.services.metering import usage_meter
 from billing.services.rollups import rollups_refresh
 from instances import services, tasks
 from instances.models import Instance, MigSlot, Order, Quota
+from instances.providers.simulated import SimulatedProvider
 from instances.services.mig import mig_host_follow
+from portal.models import Notice
 
 S = Instance.Status
 
 
 @pytest.fixture(autouse=True)
 def _slices_taken(settings):
-    settings.PORTAL_MIG_SLICES = True
+    settings.PORTAL_SIMULATED_AGENTS = True
 
 
 @pytest.fixture
@@ -227,11 +230,11 @@ def test_slices_end_with_their_shared_host_and_fail_with_one_that_never_ran(slic
     assert again.status == S.TERMINATED and "its shared host" in again.status_reason
 
 
-def test_a_portal_that_does_not_take_slices_says_so(api_as, alice, slice_body, settings):
-    settings.PORTAL_MIG_SLICES = False
+def test_a_cloud_without_slice_sessions_takes_no_slices(api_as, alice, slice_body, settings):
+    settings.PORTAL_SIMULATED_AGENTS = False  # no process of a host runs on this machine
     reply = api_as(alice).post("/api/v1/orders/", slice_body(), format="json")
     assert reply.status_code == 400
-    assert "does not take orders of MIG slices yet" in str(reply.json()["fields"]["mig_profile"])
+    assert "do not offer slice sessions yet" in str(reply.json()["fields"]["mig_profile"])
     assert not Order.objects.exists()
 
 
@@ -253,3 +256,59 @@ def test_host_pages_show_a_slices_place_and_admins_the_shared_hosts_layout(
     assert 'data-slot="0/0"' in shared and 'data-slot="7/6"' in shared
     assert f'href="/hosts/{mine.pk}/">alice</a>' in shared
     assert f'href="/hosts/{theirs.pk}/">bob</a>' in shared
+
+
+def test_a_job_runs_on_one_on_demand_slice(api_as, alice):
+    body = {
+        "project": "vision-lab",
+        "name": "small",
+        "instance_type": "p4d.24xlarge",
+        "image": "tf-2.17-cuda12.3",
+        "market": "spot",
+        "command": "python train.py",
+        "mig_profile": "2g.10gb",
+    }
+    reply = api_as(alice).post("/api/v1/jobs/", body, format="json")
+    assert reply.status_code == 400
+    assert "runs on-demand" in str(reply.json()["fields"]["market"])
+    reply = api_as(alice).post("/api/v1/jobs/", body | {"nodes": 2}, format="json")
+    assert reply.status_code == 400 and "whole hosts" in str(reply.json())
+    reply = api_as(alice).post("/api/v1/jobs/", body | {"market": "on_demand"}, format="json")
+    assert reply.status_code == 201, reply.json()
+    assert reply.json()["mig_profile"] == "2g.10gb"
+    order = Order.objects.get(pk=reply.json()["order"])
+    assert order.is_mig_slice and order.count == 1 and order.mig_profile.name == "2g.10gb"
+    # 0.2857 of one of eight A100s at $32.7726/h.
+    assert order.quoted_price_per_hour == Decimal("1.170391")
+
+
+def test_a_spot_shared_hosts_warning_reaches_each_slices_owner_and_its_loss_ends_them(
+    slices, alice, bob, clock, settings
+):
+    settings.PORTAL_SPOT_EVENTS_QUEUE_URL = ""
+    settings.PORTAL_SPOT_WARNING_LEAD_SECONDS = 120
+    mine = slices(1, market="spot")[0]
+    theirs = slices(1, user=bob, market="spot")[0]
+    host = host_run(shared_hosts().get())
+    SimulatedProvider().warn(host.cloud_id)
+    services.spot_events_drain()
+    for user, record in ((alice, mine), (bob, theirs)):
+        told = Notice.objects.filter(user=user, subject__contains="will be interrupted")
+        assert told.count() == 1  # of their slice; nobody hears of the shared host itself
+        assert told.get().link == f"/hosts/{record.pk}/"
+        assert "shared host" in told.get().body
+        record.refresh_from_db()
+        assert record.spot_interruption_at is not None
+    # A slice ordered now goes to another shared host, not the one being taken back.
+    later = slices(1, market="spot")[0]
+    assert later.held_slot.host_id != host.pk
+    clock.shift(timedelta(seconds=121))
+    services.reconcile()
+    mig_host_follow(host_id=host.pk)
+    for user, record in ((alice, mine), (bob, theirs)):
+        record.refresh_from_db()
+        assert record.status == S.TERMINATED
+        assert Notice.objects.filter(
+            user=user, subject__startswith="Spot host interrupted"
+        ).exists()
+    assert not MigSlot.objects.filter(host=host, holder__isnull=False).exists()

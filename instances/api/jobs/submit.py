@@ -125,6 +125,15 @@ class JobCreateSerializer(StrictSerializer):
         "on all nodes at once with TF_CONFIG (MultiWorkerMirroredStrategy)",
     )
 
+    mig_profile = serializers.CharField(
+        required=False,
+        default="",
+        allow_blank=True,
+        max_length=16,
+        help_text='Run on one MIG slice of this profile (e.g. "1g.10gb") of the type\'s GPUs, '
+        "on a shared host, instead of a whole host (on-demand, one node)",
+    )
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         # The tops of the time limit and of nodes are settings, read when a request (or the
@@ -188,6 +197,12 @@ class JobSerializer(serializers.ModelSerializer):
         source="host_id", allow_null=True, help_text="The current host (a cluster's rank 0)"
     )
     nodes = serializers.IntegerField(read_only=True, help_text="Hosts each run takes")
+    mig_profile = serializers.CharField(
+        source="order.mig_profile.name",
+        default=None,
+        allow_null=True,
+        help_text="The MIG slice profile it runs on; null on whole hosts",
+    )
     checkpoint_uri = serializers.CharField(source="order.checkpoint_uri")
     hosts = serializers.SerializerMethodField()
     cost = serializers.SerializerMethodField(help_text="Dollars, the sum of its hosts' costs")
@@ -211,6 +226,7 @@ class JobSerializer(serializers.ModelSerializer):
             "image",
             "market",
             "nodes",
+            "mig_profile",
             "command",
             "env",
             "time_limit_minutes",

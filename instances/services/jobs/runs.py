@@ -91,6 +91,10 @@ def run_environment(job: Job, run: JobRun) -> dict[str, str]:
     if job.order.is_cluster:
         gang = job.runs.filter(number=run.number).select_related("host__order__instance_type")
         env.update(run_cluster_environment(run.rank, [node.host for node in gang]))
+    slot = run.host.held_slot if job.order.is_mig_slice else None
+    if slot is not None:
+        # A slice's run sees its own MIG device only, whatever the job's env says.
+        env["CUDA_VISIBLE_DEVICES"] = slot.device_uuid
     return env
 
 

@@ -236,6 +236,7 @@ def job_submit(
     workdir_git: str = "",
     workdir_ref: str = "",
     nodes: int = 1,
+    mig_profile: str = "",
     rerun_of: Job | None = None,
     idempotency_key: str | None = None,
 ) -> Job:
@@ -271,6 +272,10 @@ def job_submit(
         problems.setdefault("env", []).append(
             "TF_CONFIG is set by the portal on every node of a cluster job; leave it out."
         )
+    if mig_profile and market != JobMarket.ON_DEMAND:
+        problems.setdefault("market", []).append(
+            "A job on a MIG slice runs on-demand: a spot shared host's slices end with it."
+        )
     order_market, policy = ORDER_OF_MARKET.get(market, (Market.ON_DEMAND, ""))
     order_fields = {
         "requester": requester,
@@ -285,6 +290,7 @@ def job_submit(
         else 1,
         "ssh_public_key": ssh_public_key,
         "interruption_policy": policy,
+        "mig_profile": mig_profile,
     }
     try:
         order_validate(**order_fields, key_required=bool(ssh_public_key))
@@ -292,6 +298,8 @@ def job_submit(
         if not hasattr(error, "error_dict"):
             raise
         for field, errors in error.message_dict.items():
+            if field == "interruption_policy" and mig_profile:
+                continue  # a slice job's market is said above, in a job's words
             # The job's market stands for the order's market and interruption policy.
             field = "market" if field in ("interruption_policy",) else field
             if field == "lease_hours":
@@ -388,6 +396,7 @@ def job_rerun(*, job: Job, user: User) -> Job:
         if (upload := JobWorkdir.objects.filter(job=job).first())
         else None,
         nodes=job.nodes,
+        mig_profile=order.mig_profile.name if order.is_mig_slice else "",
         rerun_of=job,
         **{name: getattr(job, name) for name in SETTINGS},
     )

@@ -31,7 +31,9 @@ def summary_panel(user: User, projects: list[Project]) -> Panel | None:
         template="instances/_dashboard_summary.html",
         place="head",
         context={
-            "live_hosts": Instance.objects.filter(owner=user, status__in=Instance.LIVE).count(),
+            "live_hosts": Instance.objects.filter(
+                owner=user, status__in=Instance.LIVE, order__mig_host=False
+            ).count(),
             "waiting": Order.objects.filter(
                 requester=user, status=Order.Status.PENDING_APPROVAL
             ).count(),
@@ -77,7 +79,8 @@ def hosts_panel(user: User, projects: list[Project]) -> Panel | None:
     their orders waiting for a yes."""
     if not permissions.can_order(user):
         return None
-    live = Instance.objects.filter(owner=user, status__in=Instance.LIVE)
+    # A shared MIG host is the portal's, whoever's slice launched it (as on My hosts).
+    live = Instance.objects.filter(owner=user, status__in=Instance.LIVE, order__mig_host=False)
     return Panel(
         template="instances/_dashboard_hosts.html",
         place="aside",

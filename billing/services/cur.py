@@ -293,6 +293,15 @@ def compare(report: Report) -> Comparison:
         .annotate(cost=Sum("cost_rs"))
         .values_list("instance_id", "cost")
     )
+    # A shared MIG host is billed by the cloud and metered through its slices: its slices'
+    # usage is what the portal set against its bill (and a slice has no bill line of its own).
+    hosted = dict(
+        Instance.objects.filter(pk__in=list(metered), shared_host__isnull=False).values_list(
+            "pk", "shared_host_id"
+        )
+    )
+    for slice_id, host_id in hosted.items():
+        metered[host_id] = (metered.get(host_id) or 0) + metered.pop(slice_id)
     for instance_id, cloud_cost in sorted(billed.items(), key=lambda item: resource_of[item[0]]):
         portal = int(metered.get(instance_id) or 0)
         matched = within_tolerance(cloud_cost, portal)

@@ -90,7 +90,7 @@ class InstanceSerializer(serializers.ModelSerializer):
         help_text="A slice's MIG device (what CUDA_VISIBLE_DEVICES names); null for hosts",
     )
     shared_host = serializers.UUIDField(
-        source="held_slot.host_id",
+        source="shared_host_id",
         read_only=True,
         default=None,
         allow_null=True,

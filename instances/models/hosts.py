@@ -98,6 +98,11 @@ class Instance(models.Model):
     # A cluster node's place in its cluster (TF_CONFIG's task index), 0 to nodes - 1; a
     # replacement keeps the rank of the node it replaces. None: not a cluster node.
     rank = models.PositiveSmallIntegerField(null=True, blank=True)
+    # A MIG slice's shared host, kept after the slice ends (its MigSlot is freed then): the bill
+    # of the shared host is what its slices were metered.
+    shared_host = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="slices"
+    )
     # The pool that launched this host and keeps its count (None: ordered by hand).
     pool = models.ForeignKey(
         "instances.Pool", null=True, blank=True, on_delete=models.PROTECT, related_name="hosts"

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from instances.models.catalog import Image, InstanceType
 from instances.models.fields import MONEY
+from instances.models.mig import gpu_equivalents
 from portal import permissions
 
 
@@ -143,6 +144,13 @@ class Order(models.Model):
     @property
     def gpu_count(self) -> int:
         return self.count * self.instance_type.gpu_count
+
+    @property
+    def gpus(self):
+        """The GPUs it holds, in GPU-equivalents (a Fraction: a slice counts for its share)."""
+        return self.count * gpu_equivalents(
+            self.instance_type, self.mig_profile if self.is_mig_slice else None
+        )
 
     @property
     def price_per_hour(self):

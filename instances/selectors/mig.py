@@ -91,6 +91,7 @@ def mig_order_refusals(
     market: str,
     interruption_policy: str,
     refuse: Callable[..., None],
+    max_spot_price=None,
 ) -> MigSlice | None:
     """Refuse (through order_validate's ``refuse``) what an order of slices cannot be; return
     the slice it asks for when it can be one."""
@@ -122,6 +123,13 @@ def mig_order_refusals(
             "mig_profile",
             "A cluster's nodes are whole hosts; order slices without placement and nodes.",
             "mig_not_in_cluster",
+        )
+    if max_spot_price is not None:
+        refuse(
+            "max_spot_price",
+            "A slice runs on a shared host at the host's spot price (its share of it): a "
+            "slice order takes no max_spot_price; leave it out.",
+            "mig_no_max_spot_price",
         )
     if market == "spot" and interruption_policy not in ("", InterruptionPolicy.NOTIFY):
         refuse(

@@ -126,7 +126,13 @@ def instance_extend_lease(*, instance: Instance, user: User, hours: int) -> Inst
                 count=1,
                 lease_hours=hours,
                 estimate=order_estimate(
-                    instance_type=row.instance_type, market=row.market, count=1, lease_hours=hours
+                    instance_type=row.instance_type,
+                    market=row.market,
+                    count=1,
+                    lease_hours=hours,
+                    # A slice's hours cost its share, as it was ordered.
+                    mig_profile=row.order.mig_profile,
+                    share=row.order.mig_price_share,
                 ),
                 extends=row,
             )

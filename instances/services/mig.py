@@ -94,6 +94,14 @@ def mig_slice_place(*, holder: Instance, profile: MigProfile) -> MigSlot | None:
     caller launches one). The free slots are walked in the order of their index: the first
     that fits ends the walk, however many hosts there are."""
     with transaction.atomic():
+        # The holder's row first (the order instance_transition locks in): a slice that ended
+        # meanwhile takes no slot, and two placements of one slice take one.
+        if (
+            not Instance.objects.select_for_update()
+            .filter(pk=holder.pk, status__in=PLACEABLE)
+            .exists()
+        ):
+            return None
         held = MigSlot.objects.filter(holder=holder).first()
         if held is not None:
             return held
@@ -117,6 +125,7 @@ def mig_slice_place(*, holder: Instance, profile: MigProfile) -> MigSlot | None:
             return None
         now = timezone.now()
         MigSlot.objects.filter(pk=slot.pk).update(holder=holder, taken_at=now)  # locked above
+        Instance.objects.filter(pk=holder.pk).update(shared_host=slot.host_id)
         slot.holder, slot.taken_at = holder, now
         return slot
 
@@ -129,6 +138,9 @@ def mig_slice_release(*, holder: Instance) -> bool:
 
 S = Instance.Status
 PROVISION = "system:provision"
+# A shared host in these (or ended) takes its slices with it: one the cloud stopped or took back
+# runs nobody's work.
+HOST_LEAVING = frozenset({S.STOPPING, S.STOPPED, S.INTERRUPTED})
 log = logging.getLogger(__name__)
 
 
@@ -153,6 +165,8 @@ def mig_slice_provision(*, instance: Instance) -> Instance:
         with transaction.atomic():
             Project.objects.select_for_update().get(pk=instance.project_id)
             slot = mig_slice_place(holder=instance, profile=profile)
+            if slot is None and not _placeable(instance):
+                return instance_load(instance.pk)  # given back meanwhile: nothing to launch
             if slot is None:
                 host = _shared_host_launch(instance, profile)
                 mig_layout_set(host=host, profile=profile)
@@ -165,6 +179,10 @@ def mig_slice_provision(*, instance: Instance) -> Instance:
             actor=PROVISION,
         )
     return mig_slice_follow(instance=instance_load(instance.pk), host=instance_load(slot.host_id))
+
+
+def _placeable(instance: Instance) -> bool:
+    return Instance.objects.filter(pk=instance.pk, status__in=PLACEABLE).exists()
 
 
 def _shared_host_launch(slice_: Instance, profile: MigProfile) -> Instance:
@@ -218,23 +236,25 @@ def mig_slice_follow(*, instance: Instance, host: Instance) -> Instance:
     if host.status == S.RUNNING and instance.status == S.RUNNING:
         _session_start(instance, host)
         return instance
-    if host.is_live and host.status != S.INTERRUPTED:
+    if host.is_live and host.status not in HOST_LEAVING:
         return instance
     get_provider().slice_session_end(slice_id=str(instance.pk))
     why = f"its shared host {host.name} is {host.get_status_display().lower()}"
     if host.status_reason:
         why = f"{why}: {host.status_reason}"
+    # The slice ended when its host did (metering bills it to there, not to this follow).
+    at = host.status_changed_at
     if instance.status == S.PROVISIONING:
-        return instance_walk(instance, [S.FAILED], reason=why, actor=PROVISION, at=None)
+        return instance_walk(instance, [S.FAILED], reason=why, actor=PROVISION, at=at)
     if host.status == S.INTERRUPTED or host.spot_interruption_at:
         first = instance.status == S.RUNNING
         instance = instance_walk(
-            instance, [S.INTERRUPTED, S.TERMINATED], reason=why, actor=PROVISION, at=None
+            instance, [S.INTERRUPTED, S.TERMINATED], reason=why, actor=PROVISION, at=at
         )
         if first:
             instance_interrupted(instance=instance)  # its owner hears, as of a host
         return instance
-    return instance_walk(instance, [S.TERMINATED], reason=why, actor=PROVISION, at=None)
+    return instance_walk(instance, [S.TERMINATED], reason=why, actor=PROVISION, at=at)
 
 
 def mig_host_follow(*, host_id) -> int:
@@ -295,27 +315,43 @@ def mig_slice_end(*, instance: Instance) -> Instance:
 
 def mig_hosts_end_empty(*, now: datetime | None = None) -> list[str]:
     """End the shared hosts no slice has held for PORTAL_MIG_HOST_EMPTY_MINUTES (counted from
-    the last slice's going, or from when the host first ran), and follow the slices whose host
-    moved while nobody was told (a lost follow task): one query each."""
+    the last slice's going, or from when the host first ran) and the ones the cloud stopped,
+    once empty; and follow the slices whose host moved while nobody was told (a lost follow
+    task). Each host ends in a transaction that holds every one of its slots (a placement
+    running now holds one, and the host is left for the next pass), so no slice is placed on a
+    host as it ends."""
     now = now or timezone.now()
     stale = now - timedelta(minutes=settings.PORTAL_MIG_HOST_EMPTY_MINUTES)
     empty = (
-        Instance.objects.filter(order__mig_host=True, status=S.RUNNING)
+        Instance.objects.filter(order__mig_host=True)
         .exclude(mig_slots__holder__isnull=False)
         .annotate(last_freed=Max("mig_slots__freed_at"))
-        .filter(Q(last_freed__lt=stale) | Q(last_freed__isnull=True, lease_started_at__lt=stale))
+        .filter(
+            Q(status__in=(S.STOPPING, S.STOPPED))
+            | Q(status=S.RUNNING, last_freed__lt=stale)
+            | Q(status=S.RUNNING, last_freed__isnull=True, lease_started_at__lt=stale)
+        )
     )
-    ended = instances_end(
-        empty,
-        reason=f"no slice on it for {settings.PORTAL_MIG_HOST_EMPTY_MINUTES} minutes",
-        actor="system:mig",
-    )
+    ended = []
+    for host in empty:
+        with transaction.atomic():
+            slots = MigSlot.objects.filter(host=host)
+            held = list(slots.select_for_update(skip_locked=True).values_list("holder", flat=True))
+            if len(held) != slots.count() or any(held):
+                continue  # a placement holds one, or took one meanwhile
+            ended += instances_end(
+                [host],
+                reason="the cloud stopped it; a shared host runs for its slices only"
+                if host.status != S.RUNNING
+                else f"no slice on it for {settings.PORTAL_MIG_HOST_EMPTY_MINUTES} minutes",
+                actor="system:mig",
+            )
     lagging = (
         Instance.objects.filter(
             Q(status=S.PROVISIONING, mig_slot__host__status=S.RUNNING)
             | Q(
                 status__in=Instance.LIVE - {S.TERMINATING},
-                mig_slot__host__status__in=(S.TERMINATED, S.FAILED, S.INTERRUPTED),
+                mig_slot__host__status__in=(S.TERMINATED, S.FAILED, *HOST_LEAVING),
             ),
             order__mig_host=False,
         )

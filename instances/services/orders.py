@@ -216,6 +216,7 @@ def order_validate(
             market=market,
             interruption_policy=interruption_policy,
             refuse=refuse,
+            max_spot_price=max_spot_price,
         )
     if not 1 <= lease_hours <= settings.PORTAL_LEASE_MAX_HOURS:
         refuse(
@@ -248,7 +249,7 @@ def order_validate(
                 "invalid_choice",
             )
         current = instance_type.spot_price_per_hour
-        if max_spot_price is not None:
+        if max_spot_price is not None and not mig_profile:  # a slice's is refused above
             if max_spot_price <= 0:
                 refuse("max_spot_price", "max_spot_price must be more than 0.", "min_value")
             elif current is not None and max_spot_price < current:
@@ -428,12 +429,12 @@ def order_request_of(order: Order) -> OrderRequest:
             market=order.market,
             count=order.count,
             lease_hours=order.lease_hours,
-            mig_profile=order.mig_profile,
+            mig_profile=order.mig_profile if order.is_mig_slice else None,
             share=order.mig_price_share,
         ),
         placement=order.placement,
         efa=order.efa,
-        mig_profile=order.mig_profile,
+        mig_profile=order.mig_profile if order.is_mig_slice else None,
     )
 
 

@@ -339,6 +339,8 @@ def replacement_start(
                     market=market,
                     count=1,
                     lease_hours=order.lease_hours,
+                    mig_profile=order.mig_profile,
+                    share=order.mig_price_share,
                 ),
             )
             # This host's row first: two workers replacing one host queue here, and the

@@ -93,8 +93,8 @@ def order_decided(*, order: Order, to: str, user: User, reason: str, said: str) 
 
 
 ENDED = frozenset({Instance.Status.TERMINATED, Instance.Status.FAILED})
-# A shared MIG host that moves here takes its slices with it.
-LEFT = ENDED | {Instance.Status.INTERRUPTED}
+# A shared MIG host that moves here takes its slices with it (services/mig.py HOST_LEAVING).
+LEFT = ENDED | {Instance.Status.INTERRUPTED, Instance.Status.STOPPING, Instance.Status.STOPPED}
 
 
 class IllegalTransition(Conflict):

@@ -574,9 +574,9 @@ def _refresh_vs_rebuild(report, rebuild: float) -> None:
             cursor.execute(
                 "INSERT INTO billing_rollupdelta (day, project_id, user_id, instance_type_id, "
                 "gpu_model, market, seconds, billed_seconds, gpu_seconds, cost_rs, "
-                "list_cost_rs, pool_key, pieces) SELECT day, project_id, user_id, "
-                "instance_type_id, gpu_model, market, seconds, billed_seconds, gpu_seconds, "
-                "cost_rs, list_cost_rs, pool_key, 1 FROM billing_usage "
+                "list_cost_rs, pool_key, mig_profile, pieces) SELECT day, project_id, "
+                "user_id, instance_type_id, gpu_model, market, seconds, billed_seconds, "
+                "gpu_seconds, cost_rs, list_cost_rs, pool_key, mig_profile, 1 FROM billing_usage "
                 "WHERE day = %s AND start >= %s AND start < %s",
                 [
                     NEXT_DAY,

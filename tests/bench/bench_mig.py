@@ -20,6 +20,7 @@ def _place_all(user, project, profile, hosts: int) -> tuple[list[float], list[in
     from tests.bench.bench_orders import host_records
 
     MigSlot.objects.all().delete()
+    Instance.objects.update(shared_host=None)  # a slice keeps its host (PROTECT)
     Instance.objects.all().delete()
     Order.objects.all().delete()
     for host in host_records(user, project, hosts, kind="p4d.24xlarge"):

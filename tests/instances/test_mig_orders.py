@@ -6,10 +6,12 @@ left ends after PORTAL_MIG_HOST_EMPTY_MINUTES; what an order of slices refuses."
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.db import connection, transaction
 from django.utils import timezone
 
 from billing.models import Usage
@@ -18,7 +20,7 @@ from billing.services.rollups import rollups_refresh
 from instances import services, tasks
 from instances.models import Instance, MigSlot, Order, Quota
 from instances.providers.simulated import SimulatedProvider
-from instances.services.mig import mig_host_follow
+from instances.services.mig import mig_host_follow, mig_slice_place
 from portal.models import Notice
 
 S = Instance.Status
@@ -312,3 +314,123 @@ def test_a_spot_shared_hosts_warning_reaches_each_slices_owner_and_its_loss_ends
             user=user, subject__startswith="Spot host interrupted"
         ).exists()
     assert not MigSlot.objects.filter(host=host, holder__isnull=False).exists()
+
+
+def test_a_slice_given_back_before_its_placement_takes_no_slot_and_launches_no_host(slices):
+    record = slices(1)[0]
+    host = shared_hosts().get()
+    stale = Instance.objects.with_detail().get(pk=record.pk)
+    Instance.objects.filter(pk=record.pk).update(status=S.REQUESTED)  # as before its launch
+    services.instance_transition(
+        instance=record, to=S.TERMINATING, reason="given back", actor="user:alice"
+    )
+    services.instance_transition(
+        instance=record, to=S.TERMINATED, reason="given back", actor="system:terminate"
+    )
+    assert mig_slice_place(holder=stale, profile=stale.order.mig_profile) is None
+    from instances.services.mig import mig_slice_provision
+
+    mig_slice_provision(instance=stale)
+    assert not MigSlot.objects.filter(holder__isnull=False).exists()
+    assert shared_hosts().count() == 1 and shared_hosts().get() == host
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_empty_host_a_placement_holds_a_slot_of_is_left_for_the_next_pass(
+    slices, clock, settings
+):
+    record = slices(1)[0]
+    host = host_run(shared_hosts().get())
+    services.instance_transition(
+        instance=Instance.objects.get(pk=record.pk),
+        to=S.TERMINATING,
+        reason="given back",
+        actor="user:alice",
+    )
+    tasks.terminate_instance.apply(args=[str(record.pk)])
+    clock.shift(timedelta(minutes=settings.PORTAL_MIG_HOST_EMPTY_MINUTES + 1))
+    held, release = threading.Event(), threading.Event()
+
+    def placing():  # a placement in another transaction, between its lock and its commit
+        with transaction.atomic():
+            MigSlot.objects.select_for_update().filter(host=host).order_by("id").first()
+            held.set()
+            release.wait(10)
+        connection.close()
+
+    other = threading.Thread(target=placing)
+    other.start()
+    held.wait(10)
+    try:
+        assert services.mig_hosts_end_empty() == []
+    finally:
+        release.set()
+        other.join()
+    assert Instance.objects.get(pk=host.pk).status == S.RUNNING
+    assert services.mig_hosts_end_empty() == [str(host.pk)]
+
+
+def test_a_shared_host_the_cloud_stops_takes_its_slices_and_ends(slices):
+    records = slices(2)
+    host = host_run(shared_hosts().get())
+    SimulatedProvider().stop(host.cloud_id)
+    services.reconcile()
+    mig_host_follow(host_id=host.pk)
+    for record in records:
+        record.refresh_from_db()
+        assert record.status == S.TERMINATED and "is stopped" in record.status_reason
+    services.reconcile()
+    assert Instance.objects.get(pk=host.pk).status == S.TERMINATING
+
+
+def test_a_slices_lease_extension_is_priced_at_its_share(slices, projects, clock):
+    from billing.models import Budget
+
+    record = slices(1)[0]
+    host_run(shared_hosts().get())
+    Budget.objects.create(
+        project=projects["vision-lab"],
+        monthly_amount=Decimal("20"),
+        policy=Budget.Policy.BLOCK_ALL,
+    )
+    record = Instance.objects.with_detail().get(pk=record.pk)
+    extended = services.instance_extend_lease(instance=record, user=record.owner, hours=1)
+    assert extended.lease_extended_hours == 1  # $0.59, not a whole p4d's $32.77
+
+
+def test_a_shared_host_opens_no_notebook_and_a_slice_order_takes_no_max_spot_price(
+    slices, alice, api_as, slice_body
+):
+    slices(1)
+    host = Instance.objects.with_detail().get(pk=host_run(shared_hosts().get()).pk)
+    refused = services.notebook_refusal(host)
+    assert refused is not None and refused[0] == "mig_shared_host"
+    reply = api_as(alice).post(
+        "/api/v1/orders/",
+        slice_body(market="spot", max_spot_price="0.50"),
+        format="json",
+    )
+    assert reply.status_code == 400
+    assert "takes no max_spot_price" in str(reply.json()["fields"]["max_spot_price"])
+
+
+def test_the_bill_of_a_shared_host_is_compared_with_its_slices_usage(clock, slices):
+    from billing.services.cur import Line, Report, compare
+
+    records = slices(2)
+    host = host_run(shared_hosts().get())
+    start = timezone.now()
+    clock.shift(timedelta(hours=1))
+    usage_meter()
+    # The cloud bills the whole host for the hour; the portal metered two 1/7 slices of it.
+    line = Line(
+        resource_id=host.cloud_id,
+        tag_instance=str(host.pk),
+        cost=Decimal("1.170802"),
+        start=start,
+        end=timezone.now(),
+        is_instance_usage=True,
+    )
+    result = compare(Report(lines=[line], lines_read=1))
+    assert [(row.instance_id, row.status) for row in result.rows] == [(host.pk, "matched")]
+    assert all(r.pk not in {row.instance_id for row in result.rows} for r in records)

@@ -97,7 +97,9 @@ def test_placing_costs_the_same_queries_for_two_hosts_as_for_forty(rows, one_g):
     few = cost()
     for host in rows(38):
         mig_layout_set(host=host, profile=one_g)
-    assert cost() == few <= 5
+    # The savepoint and its release, the holder locked, its slot if any, a free slot locked,
+    # taken, and the holder told its host.
+    assert cost() == few <= 7
 
 
 @pytest.mark.django_db(transaction=True)

@@ -15,6 +15,7 @@ import contextlib
 import fcntl
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -77,31 +78,61 @@ class HostAgents:
             live = self.pid(instance_id)
             if live is not None:
                 return live
-            fence = None if not shown else ((self.root, folder), *shown)
+            fence = None if not shown else ((self.root.parent, folder), *shown)
             return self._start(instance_id, url, token, env, fence)
 
     def sandbox(
         self, instance_id, command: list[str], shown: tuple[tuple[Path, Path], ...]
     ) -> list[str]:
-        """``command`` as a tenant of a shared host runs it: in PID and mount namespaces of its
-        own (unshare, util-linux), where it sees its own processes only, and where each
-        (folder, kept) pair of ``shown`` leaves in the folder (the hosts' folders, every order's
-        checkpoints) only what it keeps: the other tenants' files and processes are not there.
-        Run by root, as the simulated cloud's hosts are on CI and here; the mounts live and die
-        with the namespace."""
-        stash = self.root.parent / ".sandboxes" / str(instance_id)
+        """``command`` as a tenant of a shared host runs it (a MIG slice's agent or notebook):
+        in PID and mount namespaces of its own (unshare, util-linux), without any capability
+        and with no way to gain one (setpriv), so it can neither undo nor add a mount; every
+        file system read-only but its own folders, a /tmp and /dev/shm of its own; each
+        (folder, kept) pair of ``shown`` leaves in the folder only what it keeps (the portal's
+        var/ folder, with every host's folder, the database and broker files; every order's
+        checkpoints), and the portal's .env reads empty. Run by root (offers_slice_sessions);
+        the mounts live and die with the namespace. What it does not fence: the network
+        (loopback services are reachable) and the GPUs (CUDA_VISIBLE_DEVICES names the slice's
+        device; no device cgroup)."""
+        self.marker(instance_id).mkdir(parents=True, exist_ok=True)
+        stash = Path("/run/portal-sandboxes") / str(instance_id)
+        quote = shlex.quote
+        kept = [own for _, own in shown]
+        folders = sorted({folder for folder, _ in shown}, key=lambda f: len(f.parts))
         lines = ["set -e"]
-        for number, (folder, own) in enumerate(shown):
+        for number, own in enumerate(kept):
             own.mkdir(parents=True, exist_ok=True)
-            kept = stash / str(number)
-            kept.mkdir(parents=True, exist_ok=True)
+            (stash / str(number)).mkdir(parents=True, exist_ok=True)
+            lines.append(f"mount -n --bind {quote(str(own))} {quote(str(stash / str(number)))}")
+        lines += [
+            # Everything read-only (each mount: a bind remount changes that mount alone), then
+            # the tenant's own folders writable again, and a /tmp and /dev/shm of its own.
+            "findmnt -rno TARGET | grep -Ev '^/(proc|sys|dev)(/|$)' | while read -r target; do "
+            'mount -n -o remount,bind,ro "$target" 2>/dev/null || true; done',
+            *(
+                f"mount -n -o remount,bind,rw {quote(str(stash / str(number)))}"
+                for number in range(len(kept))
+            ),
+            "mount -n -t tmpfs -o mode=1777 sandbox /tmp",
+            "mount -n -t tmpfs -o mode=1777 sandbox /dev/shm",
+        ]
+        for folder in folders:
             lines += [
-                f"mount --bind {shlex.quote(str(own))} {shlex.quote(str(kept))}",
-                f"mount -t tmpfs -o mode=0755 sandbox {shlex.quote(str(folder))}",
-                f"mkdir -p {shlex.quote(str(own))}",
-                f"mount --move {shlex.quote(str(kept))} {shlex.quote(str(own))}",
+                f"mkdir -p {quote(str(folder))} 2>/dev/null || true",
+                f"mount -n -t tmpfs -o mode=0755 sandbox {quote(str(folder))}",
             ]
-        lines.append('exec "$@"')
+        for number, own in enumerate(kept):
+            lines += [
+                f"mkdir -p {quote(str(own))}",
+                f"mount -n --move {quote(str(stash / str(number)))} {quote(str(own))}",
+            ]
+        secrets_file = Path(__file__).resolve().parents[2] / ".env"
+        if secrets_file.exists():
+            lines.append(f"mount -n --bind /dev/null {quote(str(secrets_file))}")
+        lines.append(
+            "exec setpriv --inh-caps=-all --ambient-caps=-all --bounding-set=-all "
+            '--no-new-privs -- "$@"'
+        )
         return [
             "unshare",
             "--mount",
@@ -109,13 +140,20 @@ class HostAgents:
             "--pid",
             "--fork",
             "--mount-proc",
-            "--kill-child=SIGTERM",
+            # unshare passes no signal on: end() sends SIGTERM to the sandbox's first process
+            # itself; this kills it (and so the whole namespace) if unshare dies first.
+            "--kill-child=SIGKILL",
             "sh",
             "-c",
             "\n".join(lines),
             "sandbox",
             *command,
         ]
+
+    def marker(self, instance_id) -> Path:
+        """Where the portal notes that an agent runs sandboxed (outside the tenant's sight and
+        reach: its own folder is the tenant's to write)."""
+        return self.root.parent / ".sandboxes" / str(instance_id)
 
     def _start(
         self, instance_id, url: str, token: str, env: dict | None, shown: tuple | None = None
@@ -190,7 +228,7 @@ class HostAgents:
             "--allow-root",
         ]
         if device:
-            shown = ((self.root, self.folder(instance_id)), *kept)
+            shown = ((self.root.parent, self.folder(instance_id)), *kept)
             command = self.sandbox(instance_id, command, shown)
         with open(self.folder(instance_id) / "notebook.log", "ab") as log:
             child = subprocess.Popen(  # noqa: S603 (this interpreter's JupyterLab)
@@ -221,10 +259,15 @@ class HostAgents:
     def end(self, instance_id, *, grace: float = 5.0) -> None:
         """Stop the host's agent, which stops its job with the job's stop signal; after
         ``grace`` seconds SIGKILL what is left of the agent's and every job's process group.
-        Ending a host with no live agent or job does nothing."""
+        Ending a host with no live agent or job does nothing. A sandboxed agent is the first
+        process of its namespace under unshare, which passes no signal on: it is told itself,
+        and its namespace dies with it (its jobs' pid files, the tenant's to write, are not
+        read)."""
         agent, jobs = self.pid(instance_id), self.job_pids(instance_id)
         if agent is not None:
-            os.kill(agent, signal.SIGTERM)
+            for pid in _first_of(agent) if self.marker(instance_id).exists() else [agent]:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and (self.pid(instance_id) or self.job_pids(instance_id)):
             time.sleep(0.05)
@@ -247,9 +290,28 @@ class HostAgents:
         return live_pid(self.folder(instance_id) / "agent.pid")
 
     def job_pids(self, instance_id) -> list[int]:
-        """The host's live job processes, from their runs' job.pid files."""
+        """The host's live job processes, from their runs' job.pid files (none read for a
+        sandboxed agent: they hold the namespace's pids, written where the tenant writes)."""
+        if self.marker(instance_id).exists():
+            return []
         pid_files = sorted((self.folder(instance_id) / "jobs").glob("*/job.pid"))
         return [pid for pid in map(live_pid, pid_files) if pid is not None]
+
+
+def _first_of(pid: int) -> list[int]:
+    """The children of ``pid`` (unshare's: the sandbox's first process)."""
+    try:
+        return [
+            int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        ]
+    except (OSError, ValueError):
+        return []
+
+
+def sandboxes_possible() -> bool:
+    """Whether this machine can sandbox a tenant: root (the mounts) and util-linux's
+    unshare, setpriv and findmnt."""
+    return os.geteuid() == 0 and all(map(shutil.which, ("unshare", "setpriv", "findmnt")))
 
 
 _AGENTS: dict[Path, HostAgents] = {}
@@ -301,7 +363,8 @@ class HostNotebooks:
 
     @classmethod
     def offers_slice_sessions(cls) -> bool:
-        return cls.offers_notebooks()  # the same processes on this machine
+        # The same processes on this machine, each in a sandbox this machine can make.
+        return cls.offers_notebooks() and sandboxes_possible()
 
     def slice_session_start(
         self, cloud_id: str, *, slice_id: str, token: str, device: str, kept: tuple = ()

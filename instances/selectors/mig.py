@@ -98,8 +98,9 @@ def mig_order_refusals(
     if not provider_class().offers_slice_sessions():
         refuse(
             "mig_profile",
-            "This cloud's shared hosts do not offer slice sessions yet (a slice's own sandbox "
-            "with only its MIG device), so slices cannot be ordered here: order whole hosts.",
+            "Slices cannot be ordered here: this cloud offers no slice sessions (a slice's own "
+            "sandbox that sees only its MIG device). EC2's shared hosts have none yet, and the "
+            "simulated cloud makes them only when its workers run as root. Order whole hosts.",
             "mig_not_offered_here",
         )
         return None

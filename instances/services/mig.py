@@ -296,7 +296,7 @@ def _session_start(instance: Instance, host: Instance) -> None:
             **slice_sandbox(instance),
         )
     except ProviderError as error:
-        # Asked again at the slice's next follow (its host's next move, the reconcile pass).
+        # Asked again by the next reconcile pass (mig_hosts_end_empty).
         log.warning("slice %s: no session on %s yet: %s", instance.pk, host.cloud_id, error)
 
 
@@ -316,10 +316,10 @@ def mig_slice_end(*, instance: Instance) -> Instance:
 def mig_hosts_end_empty(*, now: datetime | None = None) -> list[str]:
     """End the shared hosts no slice has held for PORTAL_MIG_HOST_EMPTY_MINUTES (counted from
     the last slice's going, or from when the host first ran) and the ones the cloud stopped,
-    once empty; and follow the slices whose host moved while nobody was told (a lost follow
-    task). Each host ends in a transaction that holds every one of its slots (a placement
-    running now holds one, and the host is left for the next pass), so no slice is placed on a
-    host as it ends."""
+    once empty; follow the slices whose host moved while nobody was told (a lost follow
+    task); and give a job's running slice its session again if it has none. Each host ends
+    in a transaction that holds every one of its slots (a placement running now holds one,
+    and the host is left for the next pass), so no slice is placed on a host as it ends."""
     now = now or timezone.now()
     stale = now - timedelta(minutes=settings.PORTAL_MIG_HOST_EMPTY_MINUTES)
     empty = (
@@ -360,4 +360,11 @@ def mig_hosts_end_empty(*, now: datetime | None = None) -> list[str]:
     )
     for host_id in lagging:
         mig_host_follow(host_id=host_id)
+    # A job's slice whose session did not start (or whose agent died) is given one again:
+    # ensuring a live session changes nothing.
+    sessions = Instance.objects.with_detail().filter(
+        status=S.RUNNING, order__job__isnull=False, mig_slot__host__status=S.RUNNING
+    )
+    for holder in sessions.select_related("mig_slot__host"):
+        _session_start(holder, holder.mig_slot.host)
     return ended

@@ -236,7 +236,7 @@ def test_a_cloud_without_slice_sessions_takes_no_slices(api_as, alice, slice_bod
     settings.PORTAL_SIMULATED_AGENTS = False  # no process of a host runs on this machine
     reply = api_as(alice).post("/api/v1/orders/", slice_body(), format="json")
     assert reply.status_code == 400
-    assert "do not offer slice sessions yet" in str(reply.json()["fields"]["mig_profile"])
+    assert "offers no slice sessions" in str(reply.json()["fields"]["mig_profile"])
     assert not Order.objects.exists()
 
 

@@ -6,8 +6,12 @@ given back when its job ends, and its agent with it."""
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
 
+import pytest
+from django.conf import settings
+
+import instances
 from instances import services, tasks
 from instances.models import Image, Instance, Job, Notebook
 from instances.providers.simulated_agents import host_agents
@@ -30,6 +34,12 @@ if [ -n "$OTHER_CHECKPOINTS" ]; then cat "$OTHER_CHECKPOINTS/secret" 2>/dev/null
 for environ in /proc/[0-9]*/environ; do
   tr '\0' '\n' < "$environ" 2>/dev/null | grep '^WHO=' | sed 's/^/tenant /'
 done | sort -u
+echo "secret of $WHO" > "/tmp/secret-of-$WHO"
+if [ -n "$OTHER" ] && [ -e "/tmp/secret-of-$OTHER" ]; then echo "sees its /tmp"; fi
+for hidden in "$HOSTS_ROOT" "$CHECKPOINTS_ROOT" /proc; do
+  umount -l "$hidden" 2>/dev/null && echo "unmounted $hidden"
+done
+touch "$CODE/escaped" 2>/dev/null && echo "wrote the portal's code"
 echo "processes $(ls -d /proc/[0-9]* | wc -l)"
 sleep "$LINGER"
 echo done
@@ -48,7 +58,14 @@ def slice_job(user, projects, catalog, **env) -> Job:
         time_limit_minutes=30,
         grace_seconds=2,
         command=SPY,
-        env={"WHO": user.username, "LINGER": "0", **env},
+        env={
+            "WHO": user.username,
+            "LINGER": "0",
+            "HOSTS_ROOT": str(host_agents().root),
+            "CHECKPOINTS_ROOT": str(settings.PORTAL_CHECKPOINT_LOCAL_DIR),
+            "CODE": str(Path(instances.__file__).parent),
+            **env,
+        },
     )
 
 
@@ -80,7 +97,12 @@ def test_two_tenants_of_a_shared_host_see_only_their_own_device_files_and_proces
     mine_folder = host_agents().folder(mine.pk)
     checkpoints = first.order.checkpoint_uri.removeprefix("file://")
     second = slice_job(
-        bob, projects, catalog, OTHER_FOLDER=str(mine_folder), OTHER_CHECKPOINTS=checkpoints
+        bob,
+        projects,
+        catalog,
+        OTHER_FOLDER=str(mine_folder),
+        OTHER_CHECKPOINTS=checkpoints,
+        OTHER="alice",
     )
     theirs = launch(second)
     assert theirs.held_slot.host_id == mine.held_slot.host_id  # one shared host, two tenants
@@ -94,6 +116,9 @@ def test_two_tenants_of_a_shared_host_see_only_their_own_device_files_and_proces
     assert mine.held_slot.device_uuid not in seen
     assert "tenant WHO=bob" in seen and "tenant WHO=alice" not in seen
     assert "sees " not in seen and "secret of alice" not in seen
+    # Nor can it undo the sandbox or write outside its own folders.
+    assert "unmounted" not in seen and "wrote the portal's code" not in seen
+    assert not (Path(instances.__file__).parent / "escaped").exists()
     # Alice's own files are hers: her job wrote them, where she (and the portal) reads them.
     assert f"device {mine.held_slot.device_uuid}" in log_of(first)
     assert "tenant WHO=alice" in log_of(first) and "tenant WHO=bob" not in log_of(first)
@@ -135,7 +160,9 @@ def test_a_slices_notebook_is_its_session_and_sees_only_its_own_slice(
         base = f"/notebook/{mine.pk}/"
         with as_user(portal_asgi, alice) as api:
             kernel = api.post(f"{base}api/kernels", json={"name": "python3"})
-            assert kernel.status_code == 201, kernel.text
+            assert kernel.status_code == 201, (
+                host_agents().folder(mine.pk) / "notebook.log"
+            ).read_text()[-3000:]
         url = f"ws://{portal_asgi}{base}api/kernels/{kernel.json()['id']}/channels"
         headers = {"Cookie": f"sessionid={session_of(alice)}", "Origin": f"http://{portal_asgi}"}
         code = (

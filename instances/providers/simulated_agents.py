@@ -99,11 +99,19 @@ class HostAgents:
         quote = shlex.quote
         kept = [own for _, own in shown]
         folders = sorted({folder for folder, _ in shown}, key=lambda f: len(f.parts))
+        # What runs the tenant (the portal's code and its Python) stays in sight, read-only,
+        # when it lives in /tmp (a checkout there, as CI's clone is).
+        programs = _under_tmp({Path(__file__).resolve().parents[2], *_interpreter()})
         lines = ["set -e"]
         for number, own in enumerate(kept):
             own.mkdir(parents=True, exist_ok=True)
             (stash / str(number)).mkdir(parents=True, exist_ok=True)
             lines.append(f"mount -n --bind {quote(str(own))} {quote(str(stash / str(number)))}")
+        for number, program in enumerate(programs):
+            (stash / f"p{number}").mkdir(parents=True, exist_ok=True)
+            lines.append(
+                f"mount -n --bind {quote(str(program))} {quote(str(stash / f'p{number}'))}"
+            )
         lines += [
             # Everything read-only (each mount: a bind remount changes that mount alone), then
             # the tenant's own folders writable again, and a /tmp and /dev/shm of its own.
@@ -116,6 +124,11 @@ class HostAgents:
             "mount -n -t tmpfs -o mode=1777 sandbox /tmp",
             "mount -n -t tmpfs -o mode=1777 sandbox /dev/shm",
         ]
+        for number, program in enumerate(programs):
+            lines += [
+                f"mkdir -p {quote(str(program))}",
+                f"mount -n --move {quote(str(stash / f'p{number}'))} {quote(str(program))}",
+            ]
         for folder in folders:
             lines += [
                 f"mkdir -p {quote(str(folder))} 2>/dev/null || true",
@@ -306,6 +319,23 @@ def _first_of(pid: int) -> list[int]:
         ]
     except (OSError, ValueError):
         return []
+
+
+# The machine's /tmp, which a sandbox replaces with one of its own.
+TMP = Path("/tmp")  # noqa: S108 (not a file made here: the folder a sandbox covers)
+
+
+def _interpreter() -> set[Path]:
+    """Where this Python and its packages live (a venv's, and the Python it was made from)."""
+    return {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
+
+
+def _under_tmp(paths: set[Path]) -> list[Path]:
+    """The paths in /tmp, outermost only (one inside another comes with it)."""
+    inside = [path for path in paths if path.is_relative_to(TMP)]
+    return sorted(
+        path for path in inside if not any(path != o and path.is_relative_to(o) for o in inside)
+    )
 
 
 def sandboxes_possible() -> bool:

@@ -210,27 +210,34 @@ def extend(
     note(f"{row['name']}: lease extended by {added} h, now ends {when(row['lease_expires_at'])}.")
 
 
-def _target(row: dict) -> tuple[str, str]:
-    """The user and address of a running host, from the API's ssh_command (ssh user@ip)."""
+def _target(row: dict) -> tuple[str, str, str]:
+    """The user, address and port ("" for ssh's own) of a running host, from the API's
+    ssh_command (``ssh user@ip``, or a MIG slice's ``ssh -p PORT user@ip``)."""
     command = row.get("ssh_command")
     if not command:
         fail(f"{row['name']} is {row['status']}: it has no address until it runs.", EXIT_REFUSED)
-    user, _, address = command.split()[-1].rpartition("@")
-    return user, address
+    words = command.split()
+    user, _, address = words[-1].rpartition("@")
+    port = words[words.index("-p") + 1] if "-p" in words else ""
+    return user, address, port
 
 
 def ssh(
     ctx: typer.Context,
     ref: Annotated[str, typer.Argument(metavar="HOST")],
 ) -> None:
-    """Open SSH to a running host as the user its image has; anything after HOST goes to ssh."""
+    """Open SSH to a running host as the user its image has (a MIG slice: its own login, into
+    its sandbox); anything after HOST goes to ssh: its options, then a command to run."""
     portal = connect()
     row = portal.get(f"/api/v1/instances/{host_id(portal, ref)}/")
-    user, address = _target(row)
+    user, address, port = _target(row)
     program = shutil.which("ssh")
     if program is None:
         fail("No ssh program on PATH: install OpenSSH's client.", EXIT_USAGE)
-    os.execv(program, ["ssh", *ctx.args, f"{user}@{address}"])  # noqa: S606 - ssh is the point
+    # The destination first: OpenSSH reads options after it too, and the first word after
+    # them is the command to run (``gpu ssh HOST -i KEY nvidia-smi``).
+    at = ["-p", port] if port else []
+    os.execv(program, ["ssh", *at, f"{user}@{address}", *ctx.args])  # noqa: S606 - ssh is the point
 
 
 def ssh_config(
@@ -248,11 +255,12 @@ def ssh_config(
     for row in rows:
         if not row.get("ssh_command"):
             continue
-        user, address = _target(row)
+        user, address, port = _target(row)
         typer.echo(
             f"# {row['instance_type']} in {row['project']}, lease ends "
             f"{when(row['lease_expires_at'])}\n"
             f"Host {row['name']}\n    HostName {address}\n    User {user}\n"
+            + (f"    Port {port}\n" if port else "")
         )
 
 

@@ -307,6 +307,19 @@ def _instant_cloud(settings):
     settings.PORTAL_SIMULATED_API_LATENCY_SECONDS = 0
 
 
+@pytest.fixture(autouse=True)
+def _slice_logins_end():
+    """The SSH servers a test's MIG slices started (instances/providers/simulated_logins.py)
+    end with the test: its database, and so its hosts, are gone after it."""
+    yield
+    from instances.providers.simulated_logins import _LOGINS
+
+    while _LOGINS:
+        _, logins = _LOGINS.popitem()
+        for folder in (logins.root / "hosts").glob("*"):
+            logins.host_end(folder.name)
+
+
 @pytest.fixture
 def order_body():
     """A valid order for one g5.xlarge in vision-lab, as the API takes it."""

@@ -103,6 +103,9 @@ class Instance(models.Model):
     shared_host = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="slices"
     )
+    # A running slice's own SSH login on its shared host, as the cloud gave it (the ssh command:
+    # its key forced into the slice's sandbox); empty where the cloud offers none.
+    slice_login = models.CharField(max_length=200, blank=True)
     # The pool that launched this host and keeps its count (None: ordered by hand).
     pool = models.ForeignKey(
         "instances.Pool", null=True, blank=True, on_delete=models.PROTECT, related_name="hosts"
@@ -183,12 +186,14 @@ class Instance(models.Model):
 
     @property
     def ssh_command(self) -> str | None:
-        """How to reach a running host (None until it runs and has an address). None for a
-        shared MIG host and its slices: the host's login sees every GPU and every tenant's
-        files; a slice's session is its own sandbox, reached through its notebook."""
+        """How to reach a running host (None until it runs and has an address). A slice: its
+        own login (into its sandbox), where its cloud gives one. None for a shared MIG host: its
+        login would see every GPU and every tenant's files."""
         if self.status != self.Status.RUNNING or not self.public_ip:
             return None
-        if self.is_mig_host or self.is_mig_slice:
+        if self.is_mig_slice:
+            return self.slice_login or None
+        if self.is_mig_host:
             return None
         return f"ssh {self.image.ssh_user}@{self.public_ip}"
 

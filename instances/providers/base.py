@@ -363,8 +363,25 @@ class Provider(abc.ABC):
         folders ``kept``) and processes only. Safe to ask again: a live one is left alone."""
         raise ProviderPermanentError(f"{self.name} shared hosts do not offer slice sessions yet.")
 
+    @classmethod
+    def offers_slice_logins(cls) -> bool:
+        """An SSH login of a slice's own on its shared host, forced into the slice's sandbox:
+        only clouds whose shared hosts the portal can give one (the page offers none
+        elsewhere)."""
+        return False
+
+    def slice_login_set(
+        self, cloud_id: str, *, slice_id: str, key: str, device: str, kept: tuple = ()
+    ) -> str:
+        """Let ``key`` (the slice owner's OpenSSH public key) log in to slice ``slice_id`` on
+        shared host ``cloud_id``, into the slice's sandbox (as slice_session_start's) and
+        nowhere else: the ssh command that logs in. Safe to ask again; slice_session_end ends
+        it."""
+        raise ProviderPermanentError(f"{self.name} shared hosts do not offer slice logins yet.")
+
     def slice_session_end(self, *, slice_id: str) -> None:
-        """End a slice's session and everything it runs; a slice without one changes nothing."""
+        """End a slice's session, its login and everything they run; a slice without one
+        changes nothing."""
         return None  # a cloud that offers no slice sessions started none
 
 

@@ -42,12 +42,15 @@ from instances.providers.faults import FAULT_DICE, Faults, unit_hash
 from instances.providers.gpu_profile import SimulatedGpus
 from instances.providers.simulated_agents import HostNotebooks, host_agents
 from instances.providers.simulated_clusters import SimulatedClusters
+from instances.providers.simulated_logins import SliceLogins, host_logins
 from instances.providers.simulated_market import SPOT_INTERRUPTION_REASON, SpotMarket
 
 log = logging.getLogger(__name__)
 
 
-class SimulatedProvider(SimulatedClusters, SimulatedGpus, HostNotebooks, SpotMarket, Provider):
+class SimulatedProvider(
+    SimulatedClusters, SimulatedGpus, SliceLogins, HostNotebooks, SpotMarket, Provider
+):
     name = "simulated"
     reports_gpu_readings = True
 
@@ -212,6 +215,7 @@ class SimulatedProvider(SimulatedClusters, SimulatedGpus, HostNotebooks, SpotMar
         host's power does (only hosts that ran a job have one)."""
         if host.state not in (SimulatedHost.State.PENDING, SimulatedHost.State.RUNNING):
             host_agents().end(host.portal_instance)
+            host_logins().host_end(host.cloud_id)
 
     @staticmethod
     def _host(row: SimulatedHost) -> CloudHost:

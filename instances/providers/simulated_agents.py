@@ -278,7 +278,7 @@ class HostAgents:
         read)."""
         agent, jobs = self.pid(instance_id), self.job_pids(instance_id)
         if agent is not None:
-            for pid in _first_of(agent) if self.marker(instance_id).exists() else [agent]:
+            for pid in first_of(agent) if self.marker(instance_id).exists() else [agent]:
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
@@ -311,7 +311,7 @@ class HostAgents:
         return [pid for pid in map(live_pid, pid_files) if pid is not None]
 
 
-def _first_of(pid: int) -> list[int]:
+def first_of(pid: int) -> list[int]:
     """The children of ``pid`` (unshare's: the sandbox's first process)."""
     try:
         return [
@@ -363,6 +363,13 @@ class HostNotebooks:
 
     agents: bool
 
+    def _running(self, cloud_id: str) -> None:
+        """Refuse what only a running host can start (on a stopped or ended one)."""
+        from instances.providers.base import ProviderPermanentError
+
+        if self._get(cloud_id).state != "running":
+            raise ProviderPermanentError("The host is not running.", code="IncorrectInstanceState")
+
     @classmethod
     def offers_notebooks(cls) -> bool:
         from django.conf import settings
@@ -379,10 +386,7 @@ class HostNotebooks:
         device: str = "",
         kept: tuple = (),
     ) -> str:
-        from instances.providers.base import ProviderPermanentError
-
-        if self._get(cloud_id).state != "running":
-            raise ProviderPermanentError("The host is not running.", code="IncorrectInstanceState")
+        self._running(cloud_id)
         port = host_agents().notebook_start(
             instance_id, base_url=base_url, token=token, device=device, kept=kept
         )
@@ -403,10 +407,7 @@ class HostNotebooks:
         CUDA_VISIBLE_DEVICES naming its MIG device only."""
         from django.conf import settings
 
-        from instances.providers.base import ProviderPermanentError
-
-        if self._get(cloud_id).state != "running":
-            raise ProviderPermanentError("The host is not running.", code="IncorrectInstanceState")
+        self._running(cloud_id)
         host_agents().ensure(
             slice_id,
             url=settings.PORTAL_AGENT_URL,
@@ -414,6 +415,3 @@ class HostNotebooks:
             env={"CUDA_VISIBLE_DEVICES": device, "PORTAL_MIG_DEVICE": device},
             shown=tuple(kept),
         )
-
-    def slice_session_end(self, *, slice_id: str) -> None:
-        host_agents().end(slice_id)

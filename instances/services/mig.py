@@ -283,18 +283,29 @@ def slice_sandbox(instance: Instance) -> dict:
 
 
 def _session_start(instance: Instance, host: Instance) -> None:
-    """A job's slice gets its session on its running host: the job's agent, seeing only the
-    slice's MIG device, its own files (and its order's checkpoints) and its own processes.
-    Asked on every follow: a live session is left alone."""
-    if not Job.objects.filter(order_id=instance.order_id).exists():
-        return
+    """A running slice gets its session on its running host, seeing only the slice's MIG
+    device, its own files (and its order's checkpoints) and its own processes: a job's slice
+    its job's agent; a slice ordered with an SSH key, where the cloud offers it, its own login
+    (kept as the slice's ``slice_login``). Asked on every follow: what is live is left
+    alone."""
+    provider = get_provider()
+    sandbox = slice_sandbox(instance)
     try:
-        get_provider().slice_session_start(
-            host.cloud_id,
-            slice_id=str(instance.pk),
-            token=agent_credential_issue(instance=instance),
-            **slice_sandbox(instance),
-        )
+        if Job.objects.filter(order_id=instance.order_id).exists():
+            provider.slice_session_start(
+                host.cloud_id,
+                slice_id=str(instance.pk),
+                token=agent_credential_issue(instance=instance),
+                **sandbox,
+            )
+        key = instance.order.ssh_public_key
+        if key and provider.offers_slice_logins():
+            login = provider.slice_login_set(
+                host.cloud_id, slice_id=str(instance.pk), key=key, **sandbox
+            )
+            if login != instance.slice_login:
+                Instance.objects.filter(pk=instance.pk).update(slice_login=login)
+                instance.slice_login = login
     except ProviderError as error:
         # Asked again by the next reconcile pass (mig_hosts_end_empty).
         log.warning("slice %s: no session on %s yet: %s", instance.pk, host.cloud_id, error)
@@ -317,7 +328,8 @@ def mig_hosts_end_empty(*, now: datetime | None = None) -> list[str]:
     """End the shared hosts no slice has held for PORTAL_MIG_HOST_EMPTY_MINUTES (counted from
     the last slice's going, or from when the host first ran) and the ones the cloud stopped,
     once empty; follow the slices whose host moved while nobody was told (a lost follow
-    task); and give a job's running slice its session again if it has none. Each host ends
+    task); and give a running slice its session (a job's agent, a login) again if it has
+    none. Each host ends
     in a transaction that holds every one of its slots (a placement running now holds one,
     and the host is left for the next pass), so no slice is placed on a host as it ends."""
     now = now or timezone.now()
@@ -360,10 +372,12 @@ def mig_hosts_end_empty(*, now: datetime | None = None) -> list[str]:
     )
     for host_id in lagging:
         mig_host_follow(host_id=host_id)
-    # A job's slice whose session did not start (or whose agent died) is given one again:
-    # ensuring a live session changes nothing.
+    # A running slice whose session did not start (or whose agent or login server died) is
+    # given one again: ensuring a live session changes nothing.
     sessions = Instance.objects.with_detail().filter(
-        status=S.RUNNING, order__job__isnull=False, mig_slot__host__status=S.RUNNING
+        Q(order__job__isnull=False) | ~Q(order__ssh_public_key=""),
+        status=S.RUNNING,
+        mig_slot__host__status=S.RUNNING,
     )
     for holder in sessions.select_related("mig_slot__host"):
         _session_start(holder, holder.mig_slot.host)

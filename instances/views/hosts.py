@@ -24,6 +24,7 @@ from instances import services
 from instances.forms import ExtendForm
 from instances.lib.checkpoints import backup_dir
 from instances.models import ACTIONS, IdlePolicy, Instance, Order
+from instances.providers import provider_class
 from instances.selectors.clusters import (
     cluster_endpoints,
     cluster_environment,
@@ -243,7 +244,9 @@ def _mig_context(instance: Instance, user) -> dict | None:
     slice by slice with who holds it for admins, and how full it is for everyone."""
     if instance.is_mig_slice:
         slot = instance.held_slot
-        return {"slice": slot, "profile": instance.order.mig_profile}
+        # Its own SSH login, where the cloud gives one (provider offers_slice_logins).
+        logins = provider_class().offers_slice_logins()
+        return {"slice": slot, "profile": instance.order.mig_profile, "logins": logins}
     if not instance.is_mig_host:
         return None
     slots = mig_layout(instance)

@@ -1,6 +1,6 @@
 """Alice orders two MIG slices of a p4d in the browser: the order page prices a slice-hour and
-counts sevenths of a GPU, the slice's page shows its device and its shared host, and Ada (an
-admin) reads on the shared host's page which slice is whose."""
+counts sevenths of a GPU, the slice's page shows its device, its shared host and its own SSH
+login, and Ada (an admin) reads on the shared host's page which slice is whose."""
 
 from __future__ import annotations
 
@@ -47,6 +47,10 @@ def test_alice_orders_slices_and_ada_reads_the_shared_hosts_layout(
     expect(card.get_by_test_id("mig-device")).to_have_text(mine.held_slot.device_uuid)
     expect(card.get_by_role("link", name=host.name)).to_be_visible()
     expect(page.get_by_role("button", name="Stop")).to_have_count(0)
+    # Its own SSH login (the shared host's server, her key forced into her slice's sandbox).
+    expect(page.locator("#ssh-cmd")).to_have_text(mine.slice_login)
+    expect(page.get_by_test_id("slice-session")).to_contain_text("your slice's own")
+    expect(page.get_by_text("Or forward it over SSH")).to_have_count(0)
     keep_screenshot(page, "mig-slice")
 
     page.context.clear_cookies()

@@ -186,7 +186,7 @@ def test_alice_orders_two_spot_hosts_waits_for_them_ssh_es_and_terminates_them(
     (bin_dir / "ssh").chmod(0o755)
     ssh = gpu("ssh", first.name, "-L", "6006:localhost:6006", PATH=f"{bin_dir}:/usr/bin:/bin")
     assert ssh.returncode == 0, ssh.stderr
-    assert ssh.stdout.strip() == f"ssh -L 6006:localhost:6006 ubuntu@{first.public_ip}"
+    assert ssh.stdout.strip() == f"ssh ubuntu@{first.public_ip} -L 6006:localhost:6006"
 
     # The cloud does not stop spot hosts: the portal's sentence, exit 1.
     stop = gpu("stop", first.name)

@@ -1,0 +1,291 @@
+"""The SSH logins of MIG slices on the simulated cloud's shared hosts: each shared host with a
+slice login runs an OpenSSH server of its own (/usr/sbin/sshd) on a loopback port of this
+machine, as a real shared host runs one on port 22. Its authorized_keys holds one line per
+slice: the slice owner's key, restricted (no forwarding of ports, agents or X11, which would run
+outside the sandbox) and forced to one command, the slice's login script, which opens a shell
+(or runs the command asked) in the slice's own sandbox (HostAgents.sandbox): only its MIG device
+(CUDA_VISIBLE_DEVICES), its files and its processes. A key opens its own slice and nothing else.
+
+What a login is lives in files under ``root`` (outside every sandbox's sight: var/ is hidden
+there), since any portal process may set or end one:
+
+- ``root/hosts/<cloud id>/``: the host's sshd_config, host key, authorized_keys (rebuilt from
+  its slices' logins), sshd.pid ("pid starttime", as the agents' pid files) and log;
+- ``root/slices/<slice id>/``: the slice's host, key, login script and its live sessions'
+  pid files (``sessions/``), each session a sandbox that dies with its first process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from instances.providers.simulated_agents import (
+    HostAgents,
+    first_of,
+    host_agents,
+    live_pid,
+    started_at,
+)
+
+SSHD = Path("/usr/sbin/sshd")
+KEYGEN = Path("/usr/bin/ssh-keygen")
+# A simulated host is this machine: its logins are root's (sshd refuses root anything but the
+# forced command, PermitRootLogin forced-commands-only), inside the slice's sandbox, which
+# holds no capability.
+USER = "root"
+SSHD_CONFIG = """\
+ListenAddress 127.0.0.1:{port}
+HostKey {folder}/host_key
+AuthorizedKeysFile {folder}/authorized_keys
+PidFile {folder}/sshd.daemon.pid
+PermitRootLogin forced-commands-only
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+AllowTcpForwarding no
+AllowStreamLocalForwarding no
+AllowAgentForwarding no
+X11Forwarding no
+PermitTunnel no
+PermitUserEnvironment no
+PrintMotd no
+"""
+# The sandboxed shell of a login: in the slice's home, the command the client asked for, or a
+# login shell.
+SHELL = (
+    'cd "$HOME" || exit 1; '
+    'if [ -n "$SSH_ORIGINAL_COMMAND" ]; then exec /bin/bash -c "$SSH_ORIGINAL_COMMAND"; fi; '
+    "exec /bin/bash -l"
+)
+
+
+def logins_possible() -> bool:
+    """Whether this machine can serve slice logins: an OpenSSH server (Debian's
+    openssh-server) and the ssh-keygen that makes its host key (openssh-client)."""
+    return SSHD.exists() and KEYGEN.exists()
+
+
+class HostLogins:
+    """The slice logins of the simulated cloud's shared hosts."""
+
+    def __init__(self, root: Path, agents: HostAgents):
+        self.root = Path(root)
+        self.agents = agents
+
+    def host_folder(self, cloud_id: str) -> Path:
+        return self.root / "hosts" / cloud_id
+
+    def slice_folder(self, slice_id) -> Path:
+        return self.root / "slices" / str(slice_id)
+
+    def set(self, cloud_id: str, *, slice_id, key: str, device: str, kept: tuple = ()) -> str:
+        """Let ``key`` (an OpenSSH public key line) into slice ``slice_id``'s sandbox on shared
+        host ``cloud_id``: the ssh command that logs in. Safe to ask again: the same login is
+        kept, and the host's server started again if it has died."""
+        folder = self.slice_folder(slice_id)
+        (folder / "sessions").mkdir(parents=True, exist_ok=True)
+        home = self.agents.folder(slice_id) / "home"
+        home.mkdir(parents=True, exist_ok=True)
+        shown = ((self.agents.root.parent, self.agents.folder(slice_id)), *kept)
+        sandboxed = self.agents.sandbox(slice_id, ["/bin/bash", "-c", SHELL], shown)
+        quote = shlex.quote
+        script = "\n".join(
+            [
+                "#!/bin/sh",
+                f"# slice {slice_id}'s login on shared host {cloud_id}: sshd's forced command",
+                "echo \"$$ $(cut -d' ' -f22 /proc/$$/stat)\" > "
+                f"{quote(str(folder / 'sessions'))}/$$",
+                f"export HOME={quote(str(home))} CUDA_VISIBLE_DEVICES={quote(device)} "
+                f"PORTAL_MIG_DEVICE={quote(device)}",
+                f"exec {shlex.join(sandboxed)}",
+                "",
+            ]
+        )
+        _write(folder / "login.sh", script, mode=0o700)
+        # The key alone (its type and data): the comment is the researcher's, and this line
+        # is the server's.
+        _write(folder / "key", " ".join(key.split()[:2]) + f" slice-{slice_id}\n")
+        _write(folder / "host", cloud_id)
+        with self._host_lock(cloud_id):
+            self._keys_write(cloud_id)
+            port = self._serve(cloud_id)
+        return f"ssh -p {port} {USER}@127.0.0.1"
+
+    def end(self, slice_id) -> None:
+        """Take the slice's key out of its host's server and end its open sessions; the host's
+        server ends with its last login. A slice without a login changes nothing."""
+        folder = self.slice_folder(slice_id)
+        try:
+            cloud_id = (folder / "host").read_text()
+        except OSError:
+            return
+        with self._host_lock(cloud_id):
+            (folder / "key").unlink(missing_ok=True)
+            self._keys_write(cloud_id)
+            self._sessions_end(folder)
+            shutil.rmtree(folder, ignore_errors=True)
+            if not self._logins_of(cloud_id):
+                self._server_end(cloud_id)
+
+    def host_end(self, cloud_id: str) -> None:
+        """The host is gone (stopped or terminated): its server, and every login on it."""
+        if not self.host_folder(cloud_id).exists():
+            return
+        with self._host_lock(cloud_id):
+            for folder in self._logins_of(cloud_id):
+                self._sessions_end(folder)
+                shutil.rmtree(folder, ignore_errors=True)
+            self._keys_write(cloud_id)
+            self._server_end(cloud_id)
+
+    def server_pid(self, cloud_id: str) -> int | None:
+        return live_pid(self.host_folder(cloud_id) / "sshd.pid")
+
+    @contextlib.contextmanager
+    def _host_lock(self, cloud_id: str):
+        folder = self.host_folder(cloud_id)
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / "lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+    def _logins_of(self, cloud_id: str) -> list[Path]:
+        """The slice folders of the host's logins."""
+        found = []
+        for host_file in (self.root / "slices").glob("*/host"):
+            with contextlib.suppress(OSError):
+                if host_file.read_text() == cloud_id and (host_file.parent / "key").exists():
+                    found.append(host_file.parent)
+        return sorted(found)
+
+    def _keys_write(self, cloud_id: str) -> None:
+        """The host's authorized_keys, from its slices' logins: each key forced to its slice's
+        login script, with nothing else allowed but a terminal."""
+        lines = []
+        for folder in self._logins_of(cloud_id):
+            with contextlib.suppress(OSError):
+                key = (folder / "key").read_text().strip()
+                lines.append(f'restrict,pty,command="{folder / "login.sh"}" {key}\n')
+        _write(self.host_folder(cloud_id) / "authorized_keys", "".join(lines))
+
+    def _serve(self, cloud_id: str) -> int:
+        """The port of the host's live server, started now if it has none (sshd binds its port
+        before it goes into the background, so the login works once this returns)."""
+        folder = self.host_folder(cloud_id)
+        if self.server_pid(cloud_id) is not None:
+            return int((folder / "port").read_text())
+        if not (folder / "host_key").exists():
+            subprocess.run(  # noqa: S603 (ssh-keygen, with arguments of the portal's own)
+                [str(KEYGEN), "-q", "-t", "ed25519", "-N", "", "-f", str(folder / "host_key")],
+                check=True,
+                capture_output=True,
+            )
+        # The server's privilege separation folder (Debian's package makes it at boot).
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+        for _ in range(3):  # a port found free may be taken before sshd binds it
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                port = probe.getsockname()[1]
+            (folder / "sshd_config").write_text(SSHD_CONFIG.format(port=port, folder=folder))
+            daemon = folder / "sshd.daemon.pid"
+            daemon.unlink(missing_ok=True)
+            started = subprocess.run(  # noqa: S603 (the machine's sshd, with the config above)
+                [str(SSHD), "-f", str(folder / "sshd_config"), "-E", str(folder / "sshd.log")],
+                capture_output=True,
+                text=True,
+            )
+            if started.returncode != 0:
+                continue  # it could not bind the port (or start at all): nothing runs
+            # It runs (it exits at once when it cannot bind): its pid file follows its fork.
+            deadline = time.monotonic() + 5
+            while not daemon.exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            pid = int(daemon.read_text())
+            _write(folder / "sshd.pid", f"{pid} {started_at(pid)}\n")
+            _write(folder / "port", str(port))
+            return port
+        raise OSError(f"sshd did not start: {started.stderr.strip() or started.returncode}")
+
+    def _server_end(self, cloud_id: str) -> None:
+        pid = self.server_pid(cloud_id)
+        if pid is not None:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+        (self.host_folder(cloud_id) / "sshd.pid").unlink(missing_ok=True)
+
+    @staticmethod
+    def _sessions_end(folder: Path) -> None:
+        """Kill the slice's open sessions: each session's first process is unshare (the login
+        script execs it); its child is the sandbox's first process, whose death takes every
+        process of the sandbox with it (the end of a PID namespace)."""
+        for pid_file in (folder / "sessions").glob("*"):
+            pid = live_pid(pid_file)
+            if pid is not None:
+                for process in (*first_of(pid), pid):
+                    with contextlib.suppress(OSError):
+                        os.kill(process, signal.SIGKILL)
+
+
+def _write(path: Path, text: str, mode: int = 0o600) -> None:
+    """Write a file whole (a reader never sees half of one); one that already says ``text``
+    is left alone (each reconcile pass asks every login again)."""
+    with contextlib.suppress(OSError):
+        if path.read_text() == text:
+            return
+    partial = path.with_name(path.name + ".tmp")
+    partial.write_text(text)
+    partial.chmod(mode)
+    partial.replace(path)
+
+
+class SliceLogins:
+    """The simulated cloud's slice logins (mixed into SimulatedProvider, before HostNotebooks,
+    whose slice sessions they end with)."""
+
+    _running: Callable[[str], None]
+
+    def slice_session_end(self, *, slice_id: str) -> None:
+        host_agents().end(slice_id)
+        host_logins().end(slice_id)
+
+    @classmethod
+    def offers_slice_logins(cls) -> bool:
+        return cls.offers_slice_sessions() and logins_possible()
+
+    def slice_login_set(
+        self, cloud_id: str, *, slice_id: str, key: str, device: str, kept: tuple = ()
+    ) -> str:
+        """The slice's login on this machine: its host's sshd on a loopback port, forcing the
+        slice's key into the slice's sandbox."""
+        from instances.providers.base import ProviderTransientError
+
+        self._running(cloud_id)
+        try:
+            return host_logins().set(
+                cloud_id, slice_id=slice_id, key=key, device=device, kept=tuple(kept)
+            )
+        except (OSError, subprocess.SubprocessError) as error:
+            raise ProviderTransientError(f"The host's SSH server did not start: {error}") from None
+
+
+_LOGINS: dict[Path, HostLogins] = {}
+
+
+def host_logins() -> HostLogins:
+    """The simulated cloud's slice logins (under var/simulated-logins/), beside its agents."""
+    from django.conf import settings
+
+    root = Path(settings.VAR_DIR) / "simulated-logins"
+    return _LOGINS.setdefault(root, HostLogins(root, host_agents()))

@@ -86,6 +86,23 @@ def mig_layout_set(*, host: Instance, profile: MigProfile) -> list[MigSlot]:
         )
 
 
+def _hosts_for(slice_: Instance, prefix: str = "") -> dict:
+    """The shared hosts a slice may live on, as filters (of the hosts, or through ``prefix``):
+    of its type, in its project, of its market and image, on their way or running, and not
+    one the cloud has warned it takes back."""
+    return {
+        f"{prefix}{name}": value
+        for name, value in (
+            ("instance_type_id", slice_.instance_type_id),
+            ("project_id", slice_.project_id),
+            ("market", slice_.market),
+            ("image_id", slice_.image_id),
+            ("status__in", PLACEABLE),
+            ("spot_interruption_at__isnull", True),
+        )
+    }
+
+
 def mig_slice_place(*, holder: Instance, profile: MigProfile) -> MigSlot | None:
     """Give ``holder`` (a slice's host record) a free slice of ``profile`` on a host of its
     type in its project that is on its way or running: the host laid out first, GPU by GPU
@@ -107,17 +124,7 @@ def mig_slice_place(*, holder: Instance, profile: MigProfile) -> MigSlot | None:
             return held
         slot = (
             MigSlot.objects.select_for_update(skip_locked=True, of=("self",))
-            .filter(
-                profile=profile,
-                holder__isnull=True,
-                host__instance_type_id=holder.instance_type_id,
-                host__project_id=holder.project_id,
-                host__market=holder.market,
-                host__image_id=holder.image_id,
-                host__status__in=PLACEABLE,
-                # A host the cloud has warned it takes back gets no new slice.
-                host__spot_interruption_at__isnull=True,
-            )
+            .filter(profile=profile, holder__isnull=True, **_hosts_for(holder, "host__"))
             .order_by("id")
             .first()
         )
@@ -167,9 +174,10 @@ def mig_slice_provision(*, instance: Instance) -> Instance:
             slot = mig_slice_place(holder=instance, profile=profile)
             if slot is None and not _placeable(instance):
                 return instance_load(instance.pk)  # given back meanwhile: nothing to launch
-            if slot is None:
+            if slot is None and _empty_host_relayout(instance, profile) is None:
                 host = _shared_host_launch(instance, profile)
                 mig_layout_set(host=host, profile=profile)
+            if slot is None:
                 slot = mig_slice_place(holder=instance, profile=profile)
     if slot.taken_at and not instance.events.filter(reason__startswith="placed on").exists():
         instance_note(
@@ -183,6 +191,43 @@ def mig_slice_provision(*, instance: Instance) -> Instance:
 
 def _placeable(instance: Instance) -> bool:
     return Instance.objects.filter(pk=instance.pk, status__in=PLACEABLE).exists()
+
+
+def _empty_host_relayout(slice_: Instance, profile: MigProfile) -> Instance | None:
+    """An empty shared host of the slice's kind (type, project, market, image) laid out for
+    another profile, laid out again for ``profile``: no host is launched while one of the same
+    kind idles, and a host's layout changes only when no slice holds any of it. Its slots are
+    locked before its row, in mig_hosts_end_empty's order, so a host ending (or a placement
+    holding one of its slots) now is passed over, never reused or deadlocked on."""
+    empty = (
+        Instance.objects.filter(order__mig_host=True, **_hosts_for(slice_))
+        .exclude(mig_slots__holder__isnull=False)
+        .exclude(order__mig_profile=profile)
+        .order_by("created_at", "id")
+    )
+    for host in empty:
+        with transaction.atomic():
+            slots = MigSlot.objects.filter(host=host)
+            held = list(slots.select_for_update(skip_locked=True).values_list("holder", flat=True))
+            if len(held) != slots.count() or any(held):
+                continue
+            if (
+                not Instance.objects.select_for_update()
+                .filter(pk=host.pk, status__in=PLACEABLE, spot_interruption_at__isnull=True)
+                .exists()
+            ):
+                continue
+            before = host.order.mig_profile.name
+            mig_layout_set(host=host, profile=profile)
+            Order.objects.filter(pk=host.order_id).update(mig_profile=profile)
+            instance_note(
+                instance=host,
+                note=f"laid out again for {profile.name} slices (it held {before} slices, "
+                "none in use) instead of launching another shared host",
+                actor=PROVISION,
+            )
+            return host
+    return None
 
 
 def _shared_host_launch(slice_: Instance, profile: MigProfile) -> Instance:

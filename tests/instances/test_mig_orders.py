@@ -216,6 +216,35 @@ def test_a_slice_is_given_back_not_stopped_and_an_empty_shared_host_ends(
     assert Instance.objects.get(pk=host.pk).status == S.TERMINATING
 
 
+def test_an_empty_shared_host_is_laid_out_again_for_another_profile_not_launched_anew(
+    slices, api_as, alice
+):
+    first = slices(profile="3g.20gb")[0]
+    host = host_run(shared_hosts().get())
+    assert MigSlot.objects.filter(host=host).count() == 16  # two 3g.20gb per A100
+    # A busy host keeps its layout: a 1g.5gb slice then gets a host of its own.
+    other = slices(profile="1g.5gb")[0]
+    assert shared_hosts().count() == 2
+    assert Instance.objects.get(pk=other.pk).held_slot.host_id != host.pk
+    # Once no slice holds any of it, the 3g host is laid out again for the next 1g order
+    # instead of a third host being launched (and the idle one ending half an hour later).
+    for record in (first, other):
+        assert api_as(alice).post(f"/api/v1/instances/{record.pk}/terminate/").status_code == 202
+        tasks.terminate_instance.apply(args=[str(record.pk)])
+    again = slices(profile="2g.10gb")[0]
+    assert shared_hosts().count() == 2
+    slot = Instance.objects.get(pk=again.pk).held_slot
+    assert slot.host_id == host.pk and slot.profile.name == "2g.10gb"
+    assert MigSlot.objects.filter(host=host).count() == 24  # three 2g.10gb per A100
+    assert set(MigSlot.objects.filter(host=host).values_list("profile__name", flat=True)) == {
+        "2g.10gb"
+    }
+    assert Instance.objects.get(pk=again.pk).status == S.RUNNING  # the host already runs
+    shown = api_as(alice).get(f"/api/v1/instances/{host.pk}/").json()
+    assert shown["mig_profile"] == "2g.10gb"
+    assert host.events.filter(reason__startswith="laid out again for 2g.10gb").exists()
+
+
 def test_slices_end_with_their_shared_host_and_fail_with_one_that_never_ran(slices):
     records = slices(2)
     host = shared_hosts().get()

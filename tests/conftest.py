@@ -316,8 +316,8 @@ def _slice_logins_end():
 
     while _LOGINS:
         _, logins = _LOGINS.popitem()
-        for folder in (logins.root / "hosts").glob("*"):
-            logins.host_end(folder.name)
+        for folder in (logins.root / "slices").glob("*"):
+            logins.end(folder.name)
 
 
 @pytest.fixture

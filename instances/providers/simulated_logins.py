@@ -1,18 +1,23 @@
-"""The SSH logins of MIG slices on the simulated cloud's shared hosts: each shared host with a
-slice login runs an OpenSSH server of its own (/usr/sbin/sshd) on a loopback port of this
-machine, as a real shared host runs one on port 22. Its authorized_keys holds one line per
-slice: the slice owner's key, restricted (no forwarding of ports, agents or X11, which would run
-outside the sandbox) and forced to one command, the slice's login script, which opens a shell
-(or runs the command asked) in the slice's own sandbox (HostAgents.sandbox): only its MIG device
-(CUDA_VISIBLE_DEVICES), its files and its processes. A key opens its own slice and nothing else.
+"""The SSH logins of MIG slices on the simulated cloud's shared hosts: each slice with a login
+gets an OpenSSH server of its own (/usr/sbin/sshd) on a loopback port of this machine, as a real
+shared host would give each tenant a login of their own. Its authorized_keys holds the slice
+owner's key, restricted (no forwarding of ports, agents or X11, which would run outside the
+sandbox) and forced to one command, the slice's login script, which opens a shell (or runs the
+command asked) in the slice's own sandbox (HostAgents.sandbox): only its MIG device
+(CUDA_VISIBLE_DEVICES), its files and its processes. One server per slice, not per host: a
+researcher's two slices on one host, ordered with the same key, are two logins (a key cannot
+tell them apart; the port does).
 
 What a login is lives in files under ``root`` (outside every sandbox's sight: var/ is hidden
 there), since any portal process may set or end one:
 
-- ``root/hosts/<cloud id>/``: the host's sshd_config, host key, authorized_keys (rebuilt from
-  its slices' logins), sshd.pid ("pid starttime", as the agents' pid files) and log;
-- ``root/slices/<slice id>/``: the slice's host, key, login script and its live sessions'
-  pid files (``sessions/``), each session a sandbox that dies with its first process.
+- ``root/hosts/<cloud id>/host_key``: the host's SSH identity, which all its slices' servers
+  present;
+- ``root/slices/<slice id>/``: the slice's host, login script, authorized_keys, its server's
+  sshd_config, sshd.pid ("pid starttime", as the agents' pid files), port and log, and its
+  live sessions' pid files (``sessions/``), each session a sandbox that dies with its first
+  process;
+- ``root/locks/``: one lock per slice and per host.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ KEYGEN = Path("/usr/bin/ssh-keygen")
 USER = "root"
 SSHD_CONFIG = """\
 ListenAddress 127.0.0.1:{port}
-HostKey {folder}/host_key
+HostKey {host_key}
 AuthorizedKeysFile {folder}/authorized_keys
 PidFile {folder}/sshd.daemon.pid
 PermitRootLogin forced-commands-only
@@ -93,116 +98,100 @@ class HostLogins:
     def set(self, cloud_id: str, *, slice_id, key: str, device: str, kept: tuple = ()) -> str:
         """Let ``key`` (an OpenSSH public key line) into slice ``slice_id``'s sandbox on shared
         host ``cloud_id``: the ssh command that logs in. Safe to ask again: the same login is
-        kept, and the host's server started again if it has died."""
+        kept, and its server started again if it has died."""
         folder = self.slice_folder(slice_id)
-        (folder / "sessions").mkdir(parents=True, exist_ok=True)
         home = self.agents.folder(slice_id) / "home"
         home.mkdir(parents=True, exist_ok=True)
         shown = ((self.agents.root.parent, self.agents.folder(slice_id)), *kept)
-        sandboxed = self.agents.sandbox(slice_id, ["/bin/bash", "-c", SHELL], shown)
-        quote = shlex.quote
-        script = "\n".join(
-            [
-                "#!/bin/sh",
-                f"# slice {slice_id}'s login on shared host {cloud_id}: sshd's forced command",
-                "echo \"$$ $(cut -d' ' -f22 /proc/$$/stat)\" > "
-                f"{quote(str(folder / 'sessions'))}/$$",
-                f"export HOME={quote(str(home))} CUDA_VISIBLE_DEVICES={quote(device)} "
-                f"PORTAL_MIG_DEVICE={quote(device)}",
-                f"exec {shlex.join(sandboxed)}",
-                "",
-            ]
-        )
-        _write(folder / "login.sh", script, mode=0o700)
-        # The key alone (its type and data): the comment is the researcher's, and this line
-        # is the server's.
-        _write(folder / "key", " ".join(key.split()[:2]) + f" slice-{slice_id}\n")
-        _write(folder / "host", cloud_id)
-        with self._host_lock(cloud_id):
-            self._keys_write(cloud_id)
-            port = self._serve(cloud_id)
+        with self._lock(f"slice-{slice_id}"):
+            (folder / "sessions").mkdir(parents=True, exist_ok=True)
+            sandboxed = self.agents.sandbox(slice_id, ["/bin/bash", "-c", SHELL], shown)
+            quote = shlex.quote
+            script = "\n".join(
+                [
+                    "#!/bin/sh",
+                    f"# slice {slice_id}'s login on shared host {cloud_id}: sshd's forced command",
+                    "echo \"$$ $(cut -d' ' -f22 /proc/$$/stat)\" > "
+                    f"{quote(str(folder / 'sessions'))}/$$",
+                    f"export HOME={quote(str(home))} CUDA_VISIBLE_DEVICES={quote(device)} "
+                    f"PORTAL_MIG_DEVICE={quote(device)}",
+                    f"exec {shlex.join(sandboxed)}",
+                    "",
+                ]
+            )
+            _write(folder / "login.sh", script, mode=0o700)
+            _write(folder / "host", cloud_id)
+            # The key alone (its type and data, as validated when ordered): the comment is the
+            # researcher's, and this line is the server's.
+            line = " ".join(key.split()[:2])
+            _write(
+                folder / "authorized_keys",
+                f'restrict,pty,command="{folder / "login.sh"}" {line} slice-{slice_id}\n',
+            )
+            port = self._serve(folder, self._host_key(cloud_id))
         return f"ssh -p {port} {USER}@127.0.0.1"
 
     def end(self, slice_id) -> None:
-        """Take the slice's key out of its host's server and end its open sessions; the host's
-        server ends with its last login. A slice without a login changes nothing."""
+        """End the slice's login: its server, so its key opens nothing any more, and its open
+        sessions. A slice without a login changes nothing."""
         folder = self.slice_folder(slice_id)
-        try:
-            cloud_id = (folder / "host").read_text()
-        except OSError:
+        if not folder.exists():
             return
-        with self._host_lock(cloud_id):
-            (folder / "key").unlink(missing_ok=True)
-            self._keys_write(cloud_id)
+        with self._lock(f"slice-{slice_id}"):
+            self._server_end(folder)
             self._sessions_end(folder)
             shutil.rmtree(folder, ignore_errors=True)
-            if not self._logins_of(cloud_id):
-                self._server_end(cloud_id)
 
     def host_end(self, cloud_id: str) -> None:
-        """The host is gone (stopped or terminated): its server, and every login on it."""
+        """The host is gone (stopped or terminated): every login on it, and its identity."""
         if not self.host_folder(cloud_id).exists():
-            return
-        with self._host_lock(cloud_id):
-            for folder in self._logins_of(cloud_id):
-                self._sessions_end(folder)
-                shutil.rmtree(folder, ignore_errors=True)
-            self._keys_write(cloud_id)
-            self._server_end(cloud_id)
+            return  # it never had a login
+        for host_file in (self.root / "slices").glob("*/host"):
+            with contextlib.suppress(OSError):
+                if host_file.read_text() == cloud_id:
+                    self.end(host_file.parent.name)
+        shutil.rmtree(self.host_folder(cloud_id), ignore_errors=True)
 
-    def server_pid(self, cloud_id: str) -> int | None:
-        return live_pid(self.host_folder(cloud_id) / "sshd.pid")
+    def server_pid(self, slice_id) -> int | None:
+        return live_pid(self.slice_folder(slice_id) / "sshd.pid")
 
     @contextlib.contextmanager
-    def _host_lock(self, cloud_id: str):
-        folder = self.host_folder(cloud_id)
-        folder.mkdir(parents=True, exist_ok=True)
-        with open(folder / "lock", "w") as lock:
+    def _lock(self, name: str):
+        (self.root / "locks").mkdir(parents=True, exist_ok=True)
+        with open(self.root / "locks" / name, "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             yield
 
-    def _logins_of(self, cloud_id: str) -> list[Path]:
-        """The slice folders of the host's logins."""
-        found = []
-        for host_file in (self.root / "slices").glob("*/host"):
-            with contextlib.suppress(OSError):
-                if host_file.read_text() == cloud_id and (host_file.parent / "key").exists():
-                    found.append(host_file.parent)
-        return sorted(found)
+    def _host_key(self, cloud_id: str) -> Path:
+        """The host's SSH identity, made with its first login."""
+        host_key = self.host_folder(cloud_id) / "host_key"
+        with self._lock(f"host-{cloud_id}"):
+            if not host_key.exists():
+                host_key.parent.mkdir(parents=True, exist_ok=True)
+                subprocess.run(  # noqa: S603 (ssh-keygen, with arguments of the portal's own)
+                    [str(KEYGEN), "-q", "-t", "ed25519", "-N", "", "-f", str(host_key)],
+                    check=True,
+                    capture_output=True,
+                )
+        return host_key
 
-    def _keys_write(self, cloud_id: str) -> None:
-        """The host's authorized_keys, from its slices' logins: each key forced to its slice's
-        login script, with nothing else allowed but a terminal."""
-        lines = []
-        for folder in self._logins_of(cloud_id):
-            with contextlib.suppress(OSError):
-                key = (folder / "key").read_text().strip()
-                lines.append(f'restrict,pty,command="{folder / "login.sh"}" {key}\n')
-        _write(self.host_folder(cloud_id) / "authorized_keys", "".join(lines))
-
-    def _serve(self, cloud_id: str) -> int:
-        """The port of the host's live server, started now if it has none (sshd binds its port
+    def _serve(self, folder: Path, host_key: Path) -> int:
+        """The port of the slice's live server, started now if it has none (sshd binds its port
         before it goes into the background, so the login works once this returns)."""
-        folder = self.host_folder(cloud_id)
-        if self.server_pid(cloud_id) is not None:
+        if live_pid(folder / "sshd.pid") is not None:
             return int((folder / "port").read_text())
-        if not (folder / "host_key").exists():
-            subprocess.run(  # noqa: S603 (ssh-keygen, with arguments of the portal's own)
-                [str(KEYGEN), "-q", "-t", "ed25519", "-N", "", "-f", str(folder / "host_key")],
-                check=True,
-                capture_output=True,
-            )
         # The server's privilege separation folder (Debian's package makes it at boot).
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+        config = folder / "sshd_config"
         for _ in range(3):  # a port found free may be taken before sshd binds it
             with socket.socket() as probe:
                 probe.bind(("127.0.0.1", 0))
                 port = probe.getsockname()[1]
-            (folder / "sshd_config").write_text(SSHD_CONFIG.format(port=port, folder=folder))
+            config.write_text(SSHD_CONFIG.format(port=port, folder=folder, host_key=host_key))
             daemon = folder / "sshd.daemon.pid"
             daemon.unlink(missing_ok=True)
             started = subprocess.run(  # noqa: S603 (the machine's sshd, with the config above)
-                [str(SSHD), "-f", str(folder / "sshd_config"), "-E", str(folder / "sshd.log")],
+                [str(SSHD), "-f", str(config), "-E", str(folder / "sshd.log")],
                 capture_output=True,
                 text=True,
             )
@@ -218,12 +207,13 @@ class HostLogins:
             return port
         raise OSError(f"sshd did not start: {started.stderr.strip() or started.returncode}")
 
-    def _server_end(self, cloud_id: str) -> None:
-        pid = self.server_pid(cloud_id)
+    @staticmethod
+    def _server_end(folder: Path) -> None:
+        pid = live_pid(folder / "sshd.pid")
         if pid is not None:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGTERM)
-        (self.host_folder(cloud_id) / "sshd.pid").unlink(missing_ok=True)
+        (folder / "sshd.pid").unlink(missing_ok=True)
 
     @staticmethod
     def _sessions_end(folder: Path) -> None:

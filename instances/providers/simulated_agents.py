@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import shlex
 import shutil
@@ -82,27 +83,48 @@ class HostAgents:
             return self._start(instance_id, url, token, env, fence)
 
     def sandbox(
-        self, instance_id, command: list[str], shown: tuple[tuple[Path, Path], ...]
+        self,
+        instance_id,
+        command: list[str],
+        shown: tuple[tuple[Path, Path], ...],
+        *,
+        network: bool = True,
     ) -> list[str]:
-        """``command`` as a tenant of a shared host runs it (a MIG slice's agent or notebook):
-        in PID and mount namespaces of its own (unshare, util-linux), without any capability
-        and with no way to gain one (setpriv), so it can neither undo nor add a mount; every
-        file system read-only but its own folders, a /tmp and /dev/shm of its own; each
-        (folder, kept) pair of ``shown`` leaves in the folder only what it keeps (the portal's
-        var/ folder, with every host's folder, the database and broker files; every order's
-        checkpoints), and the portal's .env reads empty. Run by root (offers_slice_sessions);
-        the mounts live and die with the namespace. What it does not fence: the network
-        (loopback services are reachable) and the GPUs (CUDA_VISIBLE_DEVICES names the slice's
-        device; no device cgroup)."""
+        """``command`` as a tenant of a shared host runs it (a MIG slice's agent, notebook or
+        login): as a user of its own (``sandbox_uid``, no group, not root: root's files, the
+        disks' devices, /proc/sys and other tenants' terminals are not its to write or read),
+        in PID, IPC and mount namespaces of its own (unshare, util-linux), without any
+        capability and with no way to gain one (setpriv), so it can neither undo nor add a
+        mount; every file system read-only but its own folders, a /tmp, /dev/shm and /root of
+        its own; each (folder, kept) pair of ``shown`` leaves in the folder only what it keeps
+        (the portal's var/ folder, with every host's folder, the database and broker files;
+        every order's checkpoints), and the portal's .env reads empty. Its folders are its
+        own: the kept ones and, in a host's folder (root's, with the portal's pid files and
+        logs), ``jobs`` and ``home``. ``network=False``: a network namespace of its own too,
+        with nothing in it. Run by root (offers_slice_sessions); the mounts live and die with
+        the namespace. What it does not fence with the network on (an agent must reach the
+        portal, and the portal a notebook): the services on this machine's loopback; and the
+        GPUs (CUDA_VISIBLE_DEVICES names the slice's device; no device cgroup)."""
         self.marker(instance_id).mkdir(parents=True, exist_ok=True)
         stash = Path("/run/portal-sandboxes") / str(instance_id)
         quote = shlex.quote
+        uid = sandbox_uid(instance_id)
         kept = [own for _, own in shown]
         folders = sorted({folder for folder, _ in shown}, key=lambda f: len(f.parts))
         # What runs the tenant (the portal's code and its Python) stays in sight, read-only,
-        # when it lives in /tmp (a checkout there, as CI's clone is).
-        programs = _under_tmp({Path(__file__).resolve().parents[2], *_interpreter()})
-        lines = ["set -e"]
+        # when it lives in a folder the sandbox covers (a checkout in /tmp, as CI's clone is;
+        # a Python under /root, as pyenv's).
+        programs = _covered({Path(__file__).resolve().parents[2], *_interpreter()})
+        owned = [self.folder(instance_id) / "jobs", self.folder(instance_id) / "home"]
+        for folder in owned:
+            folder.mkdir(parents=True, exist_ok=True)
+        lines = [
+            "set -e",
+            # The tenant's own folders (not what is in them: it made that itself, but for the
+            # notebook's settings, which the portal writes), never following a link in them.
+            *(f"chown -h {uid}:{uid} {quote(str(own))}" for own in [*kept, *owned]),
+            f"chown -R -h {uid}:{uid} {quote(str(owned[1] / '.jupyter'))} 2>/dev/null || true",
+        ]
         for number, own in enumerate(kept):
             own.mkdir(parents=True, exist_ok=True)
             (stash / str(number)).mkdir(parents=True, exist_ok=True)
@@ -112,6 +134,16 @@ class HostAgents:
             lines.append(
                 f"mount -n --bind {quote(str(program))} {quote(str(stash / f'p{number}'))}"
             )
+        # Its user has a name (what sftp-server, ssh and the prompt look up): this machine's
+        # users and groups, and "slice" (read-only, as every file system).
+        home = owned[1]
+        for table, entry in (
+            ("passwd", f"slice:x:{uid}:{uid}:MIG slice:{home}:/bin/bash\n"),
+            ("group", f"slice:x:{uid}:\n"),
+        ):
+            (stash / table).write_text(Path(f"/etc/{table}").read_text() + entry)
+            (stash / table).chmod(0o644)
+            lines.append(f"mount -n --bind {quote(str(stash / table))} /etc/{table}")
         lines += [
             # Everything read-only (each mount: a bind remount changes that mount alone), then
             # the tenant's own folders writable again, and a /tmp and /dev/shm of its own.
@@ -121,8 +153,7 @@ class HostAgents:
                 f"mount -n -o remount,bind,rw {quote(str(stash / str(number)))}"
                 for number in range(len(kept))
             ),
-            "mount -n -t tmpfs -o mode=1777 sandbox /tmp",
-            "mount -n -t tmpfs -o mode=1777 sandbox /dev/shm",
+            *(f"mount -n -t tmpfs -o mode={mode} sandbox {cover}" for cover, mode in COVERED),
         ]
         for number, program in enumerate(programs):
             lines += [
@@ -143,13 +174,15 @@ class HostAgents:
         if secrets_file.exists():
             lines.append(f"mount -n --bind /dev/null {quote(str(secrets_file))}")
         lines.append(
-            "exec setpriv --inh-caps=-all --ambient-caps=-all --bounding-set=-all "
-            '--no-new-privs -- "$@"'
+            f"exec setpriv --reuid={uid} --regid={uid} --clear-groups --inh-caps=-all "
+            '--ambient-caps=-all --bounding-set=-all --no-new-privs -- "$@"'
         )
         return [
             "unshare",
             "--mount",
             "--propagation=private",
+            "--ipc",
+            *([] if network else ["--net"]),
             "--pid",
             "--fork",
             "--mount-proc",
@@ -321,8 +354,21 @@ def first_of(pid: int) -> list[int]:
         return []
 
 
-# The machine's /tmp, which a sandbox replaces with one of its own.
+# The machine's folders a sandbox replaces with empty ones of its own (and their modes): its
+# /tmp, /dev/shm, and root's home (root's keys, credentials and history).
 TMP = Path("/tmp")  # noqa: S108 (not a file made here: the folder a sandbox covers)
+SHM = Path("/dev/shm")  # noqa: S108 (as TMP)
+COVERED = ((TMP, "1777"), (SHM, "1777"), (Path("/root"), "0755"))
+# A sandbox's user: one per tenant, out of the range of this machine's own users.
+SANDBOX_UIDS = (1_000_000, 1_000_000_000)
+
+
+def sandbox_uid(instance_id) -> int:
+    """The user a tenant's sandbox runs as: the same for each of its processes (agent, notebook,
+    login), and another for every other tenant but by a one-in-a-billion chance."""
+    low, high = SANDBOX_UIDS
+    digest = hashlib.sha256(str(instance_id).encode()).digest()
+    return low + int.from_bytes(digest[:8], "big") % (high - low)
 
 
 def _interpreter() -> set[Path]:
@@ -330,9 +376,10 @@ def _interpreter() -> set[Path]:
     return {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
 
 
-def _under_tmp(paths: set[Path]) -> list[Path]:
-    """The paths in /tmp, outermost only (one inside another comes with it)."""
-    inside = [path for path in paths if path.is_relative_to(TMP)]
+def _covered(paths: set[Path]) -> list[Path]:
+    """The paths in a folder a sandbox covers, outermost only (one inside another comes with
+    it)."""
+    inside = [path for path in paths if any(path.is_relative_to(c) for c, _ in COVERED)]
     return sorted(
         path for path in inside if not any(path != o and path.is_relative_to(o) for o in inside)
     )

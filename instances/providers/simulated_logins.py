@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import shlex
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -54,6 +56,7 @@ HostKey {host_key}
 AuthorizedKeysFile {folder}/authorized_keys
 PidFile {folder}/sshd.daemon.pid
 PermitRootLogin forced-commands-only
+AllowUsers root
 PubkeyAuthentication yes
 PasswordAuthentication no
 KbdInteractiveAuthentication no
@@ -66,6 +69,8 @@ X11Forwarding no
 PermitTunnel no
 PermitUserEnvironment no
 PrintMotd no
+# scp and sftp: the subsystem runs as the forced command asks, in the slice's sandbox.
+Subsystem sftp /usr/lib/openssh/sftp-server
 """
 # The sandboxed shell of a login: in the slice's home, the command the client asked for, or a
 # login shell.
@@ -98,21 +103,29 @@ class HostLogins:
     def set(self, cloud_id: str, *, slice_id, key: str, device: str, kept: tuple = ()) -> str:
         """Let ``key`` (an OpenSSH public key line) into slice ``slice_id``'s sandbox on shared
         host ``cloud_id``: the ssh command that logs in. Safe to ask again: the same login is
-        kept, and its server started again if it has died."""
+        kept, and its server started again if it has died. A slice whose login was ended is
+        refused (OSError) for good: a follow or reconcile pass that read the slice before it
+        was given back cannot let its key in again."""
         folder = self.slice_folder(slice_id)
         home = self.agents.folder(slice_id) / "home"
-        home.mkdir(parents=True, exist_ok=True)
         shown = ((self.agents.root.parent, self.agents.folder(slice_id)), *kept)
         with self._lock(f"slice-{slice_id}"):
+            if self._ended(slice_id).exists():
+                raise OSError(f"slice {slice_id}'s login has ended")
             (folder / "sessions").mkdir(parents=True, exist_ok=True)
-            sandboxed = self.agents.sandbox(slice_id, ["/bin/bash", "-c", SHELL], shown)
+            # No network but its own loopback: a login needs none (its agent and notebook
+            # reach the portal; a shell must not reach this machine's services).
+            sandboxed = self.agents.sandbox(
+                slice_id, ["/bin/bash", "-c", SHELL], shown, network=False
+            )
             quote = shlex.quote
+            sessions = quote(str(folder / "sessions"))
             script = "\n".join(
                 [
                     "#!/bin/sh",
-                    f"# slice {slice_id}'s login on shared host {cloud_id}: sshd's forced command",
-                    "echo \"$$ $(cut -d' ' -f22 /proc/$$/stat)\" > "
-                    f"{quote(str(folder / 'sessions'))}/$$",
+                    f"# slice {slice_id}'s login: sshd's forced command",
+                    # A session the portal could not record (its login ending) does not start.
+                    f"echo \"$$ $(cut -d' ' -f22 /proc/$$/stat)\" > {sessions}/$$ || exit 1",
                     f"export HOME={quote(str(home))} CUDA_VISIBLE_DEVICES={quote(device)} "
                     f"PORTAL_MIG_DEVICE={quote(device)}",
                     f"exec {shlex.join(sandboxed)}",
@@ -126,18 +139,22 @@ class HostLogins:
             line = " ".join(key.split()[:2])
             _write(
                 folder / "authorized_keys",
-                f'restrict,pty,command="{folder / "login.sh"}" {line} slice-{slice_id}\n',
+                f"restrict,pty,command={json.dumps(str(folder / 'login.sh'))} {line} "
+                f"slice-{slice_id}\n",
             )
             port = self._serve(folder, self._host_key(cloud_id))
         return f"ssh -p {port} {USER}@127.0.0.1"
 
     def end(self, slice_id) -> None:
-        """End the slice's login: its server, so its key opens nothing any more, and its open
-        sessions. A slice without a login changes nothing."""
+        """End the slice's login for good: its server and every connection to it, so its key
+        opens nothing any more, and its open sessions. A slice without a login changes
+        nothing (but is refused one from now on)."""
         folder = self.slice_folder(slice_id)
-        if not folder.exists():
-            return
         with self._lock(f"slice-{slice_id}"):
+            self._ended(slice_id).parent.mkdir(parents=True, exist_ok=True)
+            self._ended(slice_id).touch()
+            if not folder.exists():
+                return
             self._server_end(folder)
             self._sessions_end(folder)
             shutil.rmtree(folder, ignore_errors=True)
@@ -154,6 +171,10 @@ class HostLogins:
 
     def server_pid(self, slice_id) -> int | None:
         return live_pid(self.slice_folder(slice_id) / "sshd.pid")
+
+    def _ended(self, slice_id) -> Path:
+        """The mark of a slice whose login has ended: never set again."""
+        return self.root / "ended" / str(slice_id)
 
     @contextlib.contextmanager
     def _lock(self, name: str):
@@ -198,21 +219,23 @@ class HostLogins:
             if started.returncode != 0:
                 continue  # it could not bind the port (or start at all): nothing runs
             # It runs (it exits at once when it cannot bind): its pid file follows its fork.
-            deadline = time.monotonic() + 5
-            while not daemon.exists() and time.monotonic() < deadline:
-                time.sleep(0.01)
-            pid = int(daemon.read_text())
+            pid = _pid_in(daemon)
+            if pid is None:
+                raise OSError("sshd started but wrote no pid file: " + _tail(folder / "sshd.log"))
             _write(folder / "sshd.pid", f"{pid} {started_at(pid)}\n")
             _write(folder / "port", str(port))
             return port
-        raise OSError(f"sshd did not start: {started.stderr.strip() or started.returncode}")
+        raise OSError(f"sshd did not start: {_tail(folder / 'sshd.log') or started.returncode}")
 
     @staticmethod
     def _server_end(folder: Path) -> None:
+        """Stop the slice's server and every connection it serves (OpenSSH leaves those
+        running when the listener goes: each is a child of it)."""
         pid = live_pid(folder / "sshd.pid")
         if pid is not None:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGTERM)
+            for process in (pid, *first_of(pid)):
+                with contextlib.suppress(OSError):
+                    os.kill(process, signal.SIGKILL)
         (folder / "sshd.pid").unlink(missing_ok=True)
 
     @staticmethod
@@ -228,16 +251,36 @@ class HostLogins:
                         os.kill(process, signal.SIGKILL)
 
 
+def _pid_in(path: Path, seconds: float = 5.0) -> int | None:
+    """The pid a daemon writes to ``path`` once it has forked (read whole: the file may be
+    seen empty between its creation and its write)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, ValueError):
+            return int(path.read_text())
+        time.sleep(0.01)
+    return None
+
+
+def _tail(log: Path) -> str:
+    """The last lines sshd wrote (why it did not start)."""
+    try:
+        return " / ".join(log.read_text().strip().splitlines()[-3:])
+    except OSError:
+        return ""
+
+
 def _write(path: Path, text: str, mode: int = 0o600) -> None:
     """Write a file whole (a reader never sees half of one); one that already says ``text``
     is left alone (each reconcile pass asks every login again)."""
     with contextlib.suppress(OSError):
         if path.read_text() == text:
             return
-    partial = path.with_name(path.name + ".tmp")
-    partial.write_text(text)
-    partial.chmod(mode)
-    partial.replace(path)
+    descriptor, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(descriptor, "w") as file:
+        file.write(text)
+    os.chmod(partial, mode)
+    os.replace(partial, path)
 
 
 class SliceLogins:

@@ -17,7 +17,7 @@ from instances.models import Instance
 from instances.providers.simulated import SimulatedProvider
 from instances.providers.simulated_agents import host_agents
 from instances.providers.simulated_logins import host_logins, logins_possible
-from instances.services.mig import mig_host_follow
+from instances.services.mig import _session_start, mig_host_follow
 from portal.services import token_issue
 from tests.cli.conftest import Gpu
 
@@ -79,11 +79,20 @@ LOOK = (
     "test -e {other} && echo 'sees the other slice'; "
     "test -e {logins} && echo 'sees the logins'; "
     "touch /etc/escaped 2>/dev/null && echo 'wrote /etc'; "
+    # What root without capabilities could still do: a sysctl (core_pattern runs a program as
+    # root), a disk's device, root's secrets, this machine's services (PostgreSQL trusts it).
+    "test -w /proc/sys/kernel/core_pattern && echo 'writes sysctls'; "
+    "for disk in /dev/[sv]d? /dev/nvme?n?; do test -w $disk && echo 'writes a disk'; done; "
+    "cat /etc/shadow >/dev/null 2>&1 && echo 'reads /etc/shadow'; "
+    "ls -A /root | grep -vx .pyenv | grep -q . && echo 'sees root home'; "
+    "(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo 'reaches a service'; "
     "id -u"
 )
 
 
-def test_each_tenant_logs_in_to_their_own_slice_and_nothing_else(two_slices, api_as, alice):
+def test_each_tenant_logs_in_to_their_own_slice_and_nothing_else(
+    two_slices, api_as, alice, settings
+):
     (mine, theirs), (alice_key, bob_key), tmp_path = two_slices
     assert mine.status == theirs.status == Instance.Status.RUNNING
     assert mine.held_slot.host_id == theirs.held_slot.host_id
@@ -95,7 +104,8 @@ def test_each_tenant_logs_in_to_their_own_slice_and_nothing_else(two_slices, api
     assert mine.held_slot.host.ssh_command is None
 
     other = host_agents().folder(theirs.pk)
-    look = LOOK.format(other=other, logins=host_logins().root)
+    port = settings.DATABASES["default"]["PORT"] or 5432
+    look = LOOK.format(other=other, logins=host_logins().root, port=port)
     seen = ssh(mine.ssh_command, alice_key, look)
     assert seen.returncode == 0, seen.stderr
     lines = seen.stdout.splitlines()
@@ -104,12 +114,29 @@ def test_each_tenant_logs_in_to_their_own_slice_and_nothing_else(two_slices, api
     assert f"home {host_agents().folder(mine.pk) / 'home'}" in lines
     assert "sees the other slice" not in lines and "sees the logins" not in lines
     assert "wrote /etc" not in lines and not Path("/etc/escaped").exists()
+    assert {"writes sysctls", "writes a disk", "reads /etc/shadow"}.isdisjoint(lines)
+    assert {"sees root home", "reaches a service"}.isdisjoint(lines)
+    assert lines[-1] != "0"  # a user of the slice's own, not root
     # Its own processes only: the shell and what it ran (a handful), not the machine's.
     processes = int(lines[-2])
     assert processes < 10, seen.stdout
     # What it wrote is in its own home, where its notebook's files are too.
     assert (host_agents().folder(mine.pk) / "home/notes.txt").read_text() == "mine\n"
 
+    # Files go in with scp (its SFTP server runs in the sandbox too), into the slice's home.
+    data = tmp_path / "data.csv"
+    data.write_text("a,b\n1,2\n")
+    words = mine.ssh_command.split()
+    options = ["-i", str(alice_key), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no"]
+    options += ["-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR"]
+    copied = subprocess.run(
+        ["scp", "-P", words[2], *options, str(data), f"{words[3]}:data.csv"],
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
+    assert copied.returncode == 0, copied.stderr
+    assert (host_agents().folder(mine.pk) / "home/data.csv").read_text() == "a,b\n1,2\n"
     # Bob's key opens bob's slice, with bob's device.
     seen = ssh(theirs.ssh_command, bob_key, 'echo "$CUDA_VISIBLE_DEVICES"')
     assert seen.stdout.split() == [theirs.held_slot.device_uuid], seen.stderr
@@ -139,7 +166,7 @@ def test_gpu_ssh_logs_in_to_a_slice_at_its_port(two_slices, alice, live_server):
 
 def test_a_given_back_slice_loses_its_login_and_its_open_session(two_slices, api_as, alice, bob):
     (mine, theirs), (alice_key, bob_key), _ = two_slices
-    login = theirs.ssh_command
+    login, stale = theirs.ssh_command, theirs
     words = login.split()
     options = ["-i", str(bob_key), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no"]
     options += ["-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR"]
@@ -159,6 +186,10 @@ def test_a_given_back_slice_loses_its_login_and_its_open_session(two_slices, api
         session.wait(timeout=15)  # ended, not left to sleep its minute out
     finally:
         session.kill()
+    assert host_logins().server_pid(theirs.pk) is None
+    # A follow or reconcile pass that read the slice before it was given back (and so still
+    # finds it running) does not let its key in again.
+    _session_start(stale, mine.held_slot.host)
     assert host_logins().server_pid(theirs.pk) is None
     refused = ssh(login, bob_key, "true")
     assert refused.returncode == 255, refused.stdout  # nothing listens there any more

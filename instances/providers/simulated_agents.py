@@ -106,7 +106,7 @@ class HostAgents:
         portal, and the portal a notebook): the services on this machine's loopback; and the
         GPUs (CUDA_VISIBLE_DEVICES names the slice's device; no device cgroup)."""
         self.marker(instance_id).mkdir(parents=True, exist_ok=True)
-        stash = Path("/run/portal-sandboxes") / str(instance_id)
+        stash = self.stash(instance_id)
         quote = shlex.quote
         uid = sandbox_uid(instance_id)
         kept = [own for _, own in shown]
@@ -195,6 +195,12 @@ class HostAgents:
             "sandbox",
             *command,
         ]
+
+    @staticmethod
+    def stash(instance_id) -> Path:
+        """Where a tenant's sandboxes are put together: mount points, its passwd and group
+        (removed with the slice: SliceLogins.slice_session_end)."""
+        return STASH / str(instance_id)
 
     def marker(self, instance_id) -> Path:
         """Where the portal notes that an agent runs sandboxed (outside the tenant's sight and
@@ -359,6 +365,7 @@ def first_of(pid: int) -> list[int]:
 TMP = Path("/tmp")  # noqa: S108 (not a file made here: the folder a sandbox covers)
 SHM = Path("/dev/shm")  # noqa: S108 (as TMP)
 COVERED = ((TMP, "1777"), (SHM, "1777"), (Path("/root"), "0755"))
+STASH = Path("/run/portal-sandboxes")
 # A sandbox's user: one per tenant, out of the range of this machine's own users.
 SANDBOX_UIDS = (1_000_000, 1_000_000_000)
 

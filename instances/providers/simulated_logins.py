@@ -290,8 +290,11 @@ class SliceLogins:
     _running: Callable[[str], None]
 
     def slice_session_end(self, *, slice_id: str) -> None:
-        host_agents().end(slice_id)
+        agents = host_agents()
+        agents.end(slice_id)
         host_logins().end(slice_id)
+        # Nothing of the slice runs any more: what its sandboxes were made of goes too.
+        shutil.rmtree(agents.stash(slice_id), ignore_errors=True)
 
     @classmethod
     def offers_slice_logins(cls) -> bool:

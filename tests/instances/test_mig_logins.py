@@ -187,6 +187,7 @@ def test_a_given_back_slice_loses_its_login_and_its_open_session(two_slices, api
     finally:
         session.kill()
     assert host_logins().server_pid(theirs.pk) is None
+    assert not host_agents().stash(theirs.pk).exists()  # nor what its sandboxes were made of
     # A follow or reconcile pass that read the slice before it was given back (and so still
     # finds it running) does not let its key in again.
     _session_start(stale, mine.held_slot.host)

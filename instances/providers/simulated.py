@@ -42,7 +42,7 @@ from instances.providers.faults import FAULT_DICE, Faults, unit_hash
 from instances.providers.gpu_profile import SimulatedGpus
 from instances.providers.simulated_agents import HostNotebooks, host_agents
 from instances.providers.simulated_clusters import SimulatedClusters
-from instances.providers.simulated_logins import SliceLogins, host_logins
+from instances.providers.simulated_logins import SliceLogins
 from instances.providers.simulated_market import SPOT_INTERRUPTION_REASON, SpotMarket
 
 log = logging.getLogger(__name__)
@@ -208,14 +208,6 @@ class SimulatedProvider(
             host.refresh_from_db()
             self._agent_stops(host)
         return host
-
-    @staticmethod
-    def _agent_stops(host: SimulatedHost) -> None:
-        """A host that stops or ends takes its agent and the job it runs with it, as a real
-        host's power does (only hosts that ran a job have one)."""
-        if host.state not in (SimulatedHost.State.PENDING, SimulatedHost.State.RUNNING):
-            host_agents().end(host.portal_instance)
-            host_logins().host_end(host.cloud_id)
 
     @staticmethod
     def _host(row: SimulatedHost) -> CloudHost:
@@ -486,27 +478,3 @@ class SimulatedProvider(
                 self.boot / 4,
             )
         return self._host(row)
-
-    # --- chaos: the cloud acting behind the portal's back ------------------------------------
-
-    def console_hosts(self) -> list[CloudHost]:
-        """Every host, as the cloud's own console lists them: no API faults on this side."""
-        return [self._host(self._settle(row)) for row in SimulatedHost.objects.all()]
-
-    def _end(self, row: SimulatedHost, reason: str) -> CloudHost:
-        if row.state != SimulatedHost.State.TERMINATED:
-            SimulatedHost.objects.filter(pk=row.pk).update(
-                state=SimulatedHost.State.TERMINATED,
-                state_changed_at=timezone.now(),
-                state_reason=reason,
-                settles_at=None,
-            )
-        row = SimulatedHost.objects.get(pk=row.pk)
-        self._agent_stops(row)
-        return self._host(row)
-
-    def kill(self, cloud_id: str) -> CloudHost:
-        """Terminate a host without telling the portal (someone used the cloud console)."""
-        return self._end(
-            self._get(cloud_id), "Client.UserInitiatedShutdown: terminated outside the portal"
-        )

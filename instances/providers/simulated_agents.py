@@ -141,8 +141,10 @@ class HostAgents:
             ("passwd", f"slice:x:{uid}:{uid}:MIG slice:{home}:/bin/bash\n"),
             ("group", f"slice:x:{uid}:\n"),
         ):
-            (stash / table).write_text(Path(f"/etc/{table}").read_text() + entry)
-            (stash / table).chmod(0o644)
+            text = Path(f"/etc/{table}").read_text() + entry
+            if not (stash / table).exists() or (stash / table).read_text() != text:
+                (stash / table).write_text(text)  # once, not on every reconcile pass
+                (stash / table).chmod(0o644)
             lines.append(f"mount -n --bind {quote(str(stash / table))} /etc/{table}")
         lines += [
             # Everything read-only (each mount: a bind remount changes that mount alone), then

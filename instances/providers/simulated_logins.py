@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from instances.models import SimulatedHost
 from instances.providers.simulated_agents import (
     HostAgents,
     first_of,
@@ -285,9 +286,18 @@ def _write(path: Path, text: str, mode: int = 0o600) -> None:
 
 class SliceLogins:
     """The simulated cloud's slice logins (mixed into SimulatedProvider, before HostNotebooks,
-    whose slice sessions they end with)."""
+    whose slice sessions they end with), and what a host that stops or ends takes with it."""
 
     _running: Callable[[str], None]
+
+    @staticmethod
+    def _agent_stops(host: SimulatedHost) -> None:
+        """A host that stops or ends takes what it runs on this machine with it, as a real
+        host's power does: its agent and the job it runs, and its slices' logins (only hosts
+        that ran a job, or had slice logins, have any)."""
+        if host.state not in (SimulatedHost.State.PENDING, SimulatedHost.State.RUNNING):
+            host_agents().end(host.portal_instance)
+            host_logins().host_end(host.cloud_id)
 
     def slice_session_end(self, *, slice_id: str) -> None:
         agents = host_agents()

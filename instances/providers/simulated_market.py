@@ -1,7 +1,8 @@
 """The simulated cloud's spot market: a price that drifts on a six-hour wave, and interruptions
 (random at PORTAL_SIMULATED_INTERRUPTIONS_PER_HOUR, or by hand) announced
 PORTAL_SPOT_WARNING_LEAD_SECONDS ahead, as EC2's rebalance recommendation and two-minute
-warning. A mixin of SimulatedProvider, whose host rows and settling it uses."""
+warning; and its console, ending hosts behind the portal's back as an interruption does. A
+mixin of SimulatedProvider, whose host rows and settling it uses."""
 
 from __future__ import annotations
 
@@ -146,3 +147,27 @@ class SpotMarket:
         if row.market != "spot":
             raise ProviderPermanentError(f"{cloud_id} is not a spot host.", code="NotSpot")
         return self._end(row, SPOT_INTERRUPTION_REASON)
+
+    # --- the console: the cloud acting behind the portal's back ------------------------------
+
+    def console_hosts(self) -> list[CloudHost]:
+        """Every host, as the cloud's own console lists them: no API faults on this side."""
+        return [self._host(self._settle(row)) for row in SimulatedHost.objects.all()]
+
+    def _end(self, row: SimulatedHost, reason: str) -> CloudHost:
+        if row.state != SimulatedHost.State.TERMINATED:
+            SimulatedHost.objects.filter(pk=row.pk).update(
+                state=SimulatedHost.State.TERMINATED,
+                state_changed_at=timezone.now(),
+                state_reason=reason,
+                settles_at=None,
+            )
+        row = SimulatedHost.objects.get(pk=row.pk)
+        self._agent_stops(row)
+        return self._host(row)
+
+    def kill(self, cloud_id: str) -> CloudHost:
+        """Terminate a host without telling the portal (someone used the cloud console)."""
+        return self._end(
+            self._get(cloud_id), "Client.UserInitiatedShutdown: terminated outside the portal"
+        )

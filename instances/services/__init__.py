@@ -64,12 +64,14 @@ from instances.services.cloud import (
     launch_request,
 )
 from instances.services.hosts import (
+    instance_create,
     instance_request_action,
     instance_request_start,
     instance_request_stop,
     instance_request_terminate,
     instances_end,
     instances_request_action,
+    order_instances_create,
 )
 from instances.services.idle import (
     IDLE_POLICY_FIELDS,
@@ -104,8 +106,6 @@ from instances.services.orders import (
     OrderRequest,
     approval_needed,
     approvers_ask,
-    instance_create,
-    order_instances_create,
     order_request_of,
     order_submit,
     order_validate,

@@ -18,7 +18,8 @@ from instances.models import (
     Quota,
 )
 from instances.services.admission import order_admit
-from instances.services.orders import order_instances_create, order_request_of
+from instances.services.hosts import order_instances_create
+from instances.services.orders import order_request_of
 from instances.services.pools.lifecycle import pool_order_decided
 from instances.services.quotas import _refuse, _whole, quota_catalog_problems
 from instances.services.transitions import (

@@ -1,15 +1,23 @@
-"""instances/services/hosts.py: what users ask of a host: stop, start, terminate (the cloud call
-is a task); and hosts the portal ends on its own account (a pool scaling in, a job that ended)."""
+"""instances/services/hosts.py: a host's record made (an order's hosts, a replacement, a shared
+MIG host), its launch sent on commit; what users ask of a host: stop, start, terminate (the
+cloud call is a task); and hosts the portal ends on its own account (a pool scaling in, a job
+that ended)."""
 
 from __future__ import annotations
 
 import logging
+import uuid
 
 from django.db import transaction
+from django.utils import timezone
 
+from instances.lib.checkpoints import checkpoint_uri_for
 from instances.models import (
     ACTIONS,
+    TASK_OF_STATUS,
     Instance,
+    InstanceEvent,
+    Order,
 )
 from instances.services.queue import enqueue
 from instances.services.transitions import IllegalTransition, actor_of, instance_transition
@@ -113,3 +121,69 @@ def instances_end(hosts, *, reason: str, actor: str) -> list[str]:
             enqueue("instances.tasks.terminate_instance", str(row.pk))
             ended.append(str(row.pk))
     return ended
+
+
+def order_instances_create(order: Order) -> list[Instance]:
+    if not order.checkpoint_uri:
+        # Fixed once, when the order's first hosts are created; replacements inherit it.
+        order.checkpoint_uri = checkpoint_uri_for(
+            project_slug=order.project.slug, order_id=order.pk
+        )
+        Order.objects.filter(pk=order.pk).update(checkpoint_uri=order.checkpoint_uri)
+    reason = f"ordered by {order.requester.username}"
+    if order.is_cluster:
+        reason = f"{reason}, as one cluster of {order.count} nodes"
+    return [
+        instance_create(
+            order,
+            market=order.market,
+            reason=reason,
+            rank=rank if order.is_cluster else None,
+        )
+        for rank in range(order.count)
+    ]
+
+
+def instance_create(
+    order: Order,
+    *,
+    market: str,
+    reason: str,
+    replaces: Instance | None = None,
+    rank: int | None = None,
+    actor: str = "",
+) -> Instance:
+    """One host of an order in `requested`, its first event, and its launch sent on commit
+    (``actor``: who asked, when not the order's requester or spot recovery)."""
+    now = timezone.now()
+    instance_id = uuid.uuid4()
+    instance = Instance.objects.create(
+        id=instance_id,
+        order=order,
+        project=order.project,
+        owner=order.requester,
+        instance_type=order.instance_type,
+        image=order.image,
+        market=market,
+        region=order.region,
+        # EC2 tokens are at most 64 ASCII characters; this one is fixed before any call.
+        client_token=f"portal-{instance_id.hex}",
+        status_changed_at=now,
+        replaces=replaces,
+        rank=replaces.rank if replaces is not None else rank,
+        # A replacement carries on the lease of the host it replaces: its start and extensions,
+        # so that its end is the same and a later extension counts from the same start.
+        lease_started_at=replaces.lease_started_at if replaces is not None else None,
+        lease_extended_hours=replaces.lease_extended_hours if replaces is not None else 0,
+        lease_expires_at=replaces.lease_end() if replaces is not None else None,
+    )
+    InstanceEvent.objects.create(
+        instance=instance,
+        old_status="",
+        new_status=Instance.Status.REQUESTED,
+        reason=reason,
+        at=now,
+        actor=actor or (actor_of(order.requester) if replaces is None else "system:spot_recovery"),
+    )
+    enqueue(TASK_OF_STATUS[Instance.Status.REQUESTED], str(instance_id))
+    return instance

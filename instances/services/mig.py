@@ -34,8 +34,7 @@ from instances.providers.base import ProviderError
 from instances.selectors.costs import order_estimate
 from instances.selectors.hosts import instance_load
 from instances.selectors.mig import mig_slice
-from instances.services.hosts import instances_end
-from instances.services.orders import instance_create
+from instances.services.hosts import instance_create, instances_end
 from instances.services.spot_recovery import instance_interrupted
 from instances.services.telemetry import agent_credential_issue
 from instances.services.transitions import instance_note, instance_transition, instance_walk

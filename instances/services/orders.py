@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import uuid
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
@@ -14,17 +13,13 @@ from fractions import Fraction
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
-from django.utils import timezone
 
-from instances.lib.checkpoints import checkpoint_uri_for
 from instances.lib.sshkeys import validate_public_key
 from instances.metrics import order_counted
 from instances.models import (
-    TASK_OF_STATUS,
     ApprovalPolicy,
     Image,
     Instance,
-    InstanceEvent,
     InstanceType,
     InterruptionPolicy,
     Market,
@@ -39,7 +34,7 @@ from instances.selectors.clusters import cluster_refusals, order_size_bounds
 from instances.selectors.costs import Estimate, order_estimate
 from instances.selectors.mig import mig_order_refusals
 from instances.services.admission import order_admit
-from instances.services.queue import enqueue
+from instances.services.hosts import order_instances_create
 from instances.services.transitions import actor_of, order_decide_topic
 from instances.services.webhooks import order_event
 from portal import permissions
@@ -449,69 +444,3 @@ def approvers_ask(order: Order) -> None:
                 link="/approvals/",
                 topic=order_decide_topic(order),
             )
-
-
-def order_instances_create(order: Order) -> list[Instance]:
-    if not order.checkpoint_uri:
-        # Fixed once, when the order's first hosts are created; replacements inherit it.
-        order.checkpoint_uri = checkpoint_uri_for(
-            project_slug=order.project.slug, order_id=order.pk
-        )
-        Order.objects.filter(pk=order.pk).update(checkpoint_uri=order.checkpoint_uri)
-    reason = f"ordered by {order.requester.username}"
-    if order.is_cluster:
-        reason = f"{reason}, as one cluster of {order.count} nodes"
-    return [
-        instance_create(
-            order,
-            market=order.market,
-            reason=reason,
-            rank=rank if order.is_cluster else None,
-        )
-        for rank in range(order.count)
-    ]
-
-
-def instance_create(
-    order: Order,
-    *,
-    market: str,
-    reason: str,
-    replaces: Instance | None = None,
-    rank: int | None = None,
-    actor: str = "",
-) -> Instance:
-    """One host of an order in `requested`, its first event, and its launch sent on commit
-    (``actor``: who asked, when not the order's requester or spot recovery)."""
-    now = timezone.now()
-    instance_id = uuid.uuid4()
-    instance = Instance.objects.create(
-        id=instance_id,
-        order=order,
-        project=order.project,
-        owner=order.requester,
-        instance_type=order.instance_type,
-        image=order.image,
-        market=market,
-        region=order.region,
-        # EC2 tokens are at most 64 ASCII characters; this one is fixed before any call.
-        client_token=f"portal-{instance_id.hex}",
-        status_changed_at=now,
-        replaces=replaces,
-        rank=replaces.rank if replaces is not None else rank,
-        # A replacement carries on the lease of the host it replaces: its start and extensions,
-        # so that its end is the same and a later extension counts from the same start.
-        lease_started_at=replaces.lease_started_at if replaces is not None else None,
-        lease_extended_hours=replaces.lease_extended_hours if replaces is not None else 0,
-        lease_expires_at=replaces.lease_end() if replaces is not None else None,
-    )
-    InstanceEvent.objects.create(
-        instance=instance,
-        old_status="",
-        new_status=Instance.Status.REQUESTED,
-        reason=reason,
-        at=now,
-        actor=actor or (actor_of(order.requester) if replaces is None else "system:spot_recovery"),
-    )
-    enqueue(TASK_OF_STATUS[Instance.Status.REQUESTED], str(instance_id))
-    return instance

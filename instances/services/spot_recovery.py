@@ -29,7 +29,8 @@ from instances.providers import get_provider, spot_events
 from instances.providers.base import Provider, SpotWarning
 from instances.selectors.hosts import instance_load
 from instances.services.admission import order_admit
-from instances.services.orders import instance_create, order_estimate, order_request_of
+from instances.services.hosts import instance_create
+from instances.services.orders import order_estimate, order_request_of
 from instances.services.pools.lifecycle import pool_capacity_refused
 from instances.services.transitions import instance_note, instance_transition
 from instances.services.webhooks import host_event

@@ -21,8 +21,10 @@ from instances.providers.base import (
 )
 
 # Where the simulated cloud's cluster nodes listen: a port of their own on this machine, drawn
-# from the node's id in a range no other service of the portal uses.
-ENDPOINT_PORTS = range(20000, 40000)
+# from the node's id in a range no other service of the portal uses, and below Linux's
+# ephemeral ports (32768 and up, /proc/sys/net/ipv4/ip_local_port_range), which any outgoing
+# connection (to the database, to Redis) or port-0 listener may hold when a worker binds.
+ENDPOINT_PORTS = range(20000, 32768)
 
 
 class SimulatedClusters:

@@ -18,6 +18,7 @@ from django.core.management import call_command
 
 from instances import services
 from instances.models import Instance, Job
+from instances.providers.simulated_agents import host_agents
 from tests.instances.test_job_execution import agents, log_of, submit, wait_for
 
 __all__ = ["agents"]  # the fixture, shared with test_job_execution
@@ -62,6 +63,19 @@ print("trained", flush=True)
 PY"""
 
 
+def story(job: Job) -> str:
+    """The job's log and the tail of each node's agent log, for a run that timed out."""
+    agent_logs = [
+        f"--- agent of rank {host.rank}:\n{_tail(host_agents().folder(host.pk) / 'agent.log')}"
+        for host in Instance.objects.filter(order=job.order).order_by("rank", "created_at")
+    ]
+    return "\n".join([log_of(job)[-3000:], *agent_logs])
+
+
+def _tail(path) -> str:
+    return path.read_text(errors="replace")[-1500:] if path.exists() else "(none)"
+
+
 def ranks_saw(text: str, line: str) -> set[str]:
     return {rank for rank in ("0", "1") if f"[rank {rank}] {line}" in text}
 
@@ -78,6 +92,7 @@ def test_a_two_worker_keras_cluster_job_resumes_on_both_nodes_after_one_is_inter
         lambda: ranks_saw(log_of(job), "epoch 3 ends") == {"0", "1"},
         seconds=120,
         what="both workers' third epoch",
+        detail=lambda: story(job),
     )
     text = log_of(job)
     assert ranks_saw(text, "worker 0 of 2") == {"0"} and ranks_saw(text, "worker 1 of 2") == {"1"}
@@ -88,6 +103,7 @@ def test_a_two_worker_keras_cluster_job_resumes_on_both_nodes_after_one_is_inter
         lambda: Job.objects.get(pk=job.pk).status == Job.Status.RECOVERING,
         seconds=30,
         what="recovering",
+        detail=lambda: story(job),
     )
     replacement = first[1].replacements.get()
     assert replacement.rank == 1 and not first[0].replacements.exists()
@@ -96,6 +112,7 @@ def test_a_two_worker_keras_cluster_job_resumes_on_both_nodes_after_one_is_inter
         lambda: Job.objects.get(pk=job.pk).status == Job.Status.SUCCEEDED,
         seconds=150,
         what="success",
+        detail=lambda: story(job),
     )
     text = log_of(job)
     run_one, run_two = text.split("=== run 2 on 2 nodes: ", 1)

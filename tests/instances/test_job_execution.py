@@ -54,14 +54,17 @@ def agents(settings, live_server, tmp_path):
         assert host_agents().pid(host.pk) is None and not host_agents().job_pids(host.pk)
 
 
-def wait_for(check, *, seconds: float = 30.0, what: str = ""):
+def wait_for(check, *, seconds: float = 30.0, what: str = "", detail=None):
+    """``check()`` once it is truthy; after ``seconds``, a failure that names ``what`` and
+    ends with ``detail()`` (a job's log, say), so that a run that timed out can be read."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         value = check()
         if value:
             return value
         time.sleep(0.2)
-    raise AssertionError(f"waited {seconds} s for {what}")
+    said = f"\n{detail()}" if detail else ""
+    raise AssertionError(f"waited {seconds} s for {what}{said}")
 
 
 def log_of(job: Job) -> str:

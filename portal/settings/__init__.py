@@ -1,7 +1,8 @@
 """Settings for the GPU host portal, driven by environment variables: one module per concern
-(base: Django and its libraries; instances, audit, billing, operations, sso, webhooks: each
-app's knobs), all gathered here. A later module extends lists an earlier one made (the middleware,
-the beat schedule, logging) and imports what it extends, so the order here does not matter.
+(base: Django and its libraries; limits: the request limits; instances, audit, billing,
+operations, sso, webhooks: each app's knobs), all gathered here. A later module extends lists
+an earlier one made (the middleware, the beat schedule, logging) and imports what it extends,
+so the order here does not matter.
 What one app calls of another is not a setting: each app registers it in its
 AppConfig.ready() (audit/registry.py).
 
@@ -15,6 +16,7 @@ from portal.settings.audit import *  # noqa: F403
 from portal.settings.base import *  # noqa: F403
 from portal.settings.billing import *  # noqa: F403
 from portal.settings.instances import *  # noqa: F403
+from portal.settings.limits import *  # noqa: F403
 from portal.settings.operations import *  # noqa: F403
 from portal.settings.sso import *  # noqa: F403
 from portal.settings.webhooks import *  # noqa: F403

@@ -130,6 +130,21 @@ DATABASES = {
         conn_health_checks=True,
     )
 }
+DATABASE_PREPARED_STATEMENTS = env_bool(
+    "DATABASE_PREPARED_STATEMENTS",
+    True,
+    help="PostgreSQL: send query parameters apart from the SQL and prepare a query the fifth "
+    "time a connection runs it (psycopg's server-side binding), which saves planning the "
+    "session, user and audit queries every request makes. Turn off behind a pooler that does "
+    "not keep prepared statements (PgBouncer in transaction mode before 1.21).",
+)
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and (
+    DATABASE_PREPARED_STATEMENTS
+):
+    # Django leaves psycopg's prepare_threshold unset (never prepare) unless it is given.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        server_side_binding=True, prepare_threshold=5
+    )
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Web, worker and beat share one SQLite file in the embedded default: wait for the write
     # lock instead of failing at once, and take it at BEGIN so readers never upgrade mid-way.
@@ -304,49 +319,6 @@ PERMISSIONS_POLICY["clipboard-write"] = ["self"]
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_AGE = 12 * 3600
 
-# Request limits. Every request is measured against them before anything reads it (the audit
-# middleware, first in line): a longer path or query answers 414, a longer header 431, a bigger
-# body 413, each with {"code", "detail"} and an audit row. gunicorn (gunicorn.conf.py) refuses
-# longer request lines and header fields itself, before Django, without a row.
-# The largest JSON or form body; Django also applies it to the fields of a multipart form.
-DATA_UPLOAD_MAX_MEMORY_SIZE = env_int(
-    "DJANGO_DATA_UPLOAD_MAX_MEMORY_SIZE",
-    1024 * 1024,
-    help="The largest JSON or form body, in bytes; a larger one answers 413.",
-)
-# The most fields a form or query string may have (Django answers 400 beyond it).
-DATA_UPLOAD_MAX_NUMBER_FIELDS = env_int(
-    "DJANGO_DATA_UPLOAD_MAX_NUMBER_FIELDS",
-    1000,
-    help="The most fields in a form or query string; more answers 400.",
-)
-# An uploaded file larger than this is spooled to a temporary file instead of memory.
-FILE_UPLOAD_MAX_MEMORY_SIZE = env_int(
-    "DJANGO_FILE_UPLOAD_MAX_MEMORY_SIZE",
-    2_621_440,
-    help="Uploaded files larger than this many bytes are spooled to a temporary file.",
-)
-# The largest multipart body, files included (a Cost and Usage Report upload).
-PORTAL_MAX_UPLOAD_BYTES = env_int(
-    "PORTAL_MAX_UPLOAD_BYTES",
-    100 * 1024 * 1024,
-    help="The largest multipart body, files included (a Cost and Usage Report upload), in "
-    "bytes; a larger one answers 413.",
-)
-# Characters of the path, of the query string, and of any one header value.
-PORTAL_MAX_PATH_LENGTH = env_int(
-    "PORTAL_MAX_PATH_LENGTH", 2048, help="Characters of the path; a longer one answers 414."
-)
-PORTAL_MAX_QUERY_LENGTH = env_int(
-    "PORTAL_MAX_QUERY_LENGTH",
-    4096,
-    help="Characters of the query string; a longer one answers 414.",
-)
-PORTAL_MAX_HEADER_LENGTH = env_int(
-    "PORTAL_MAX_HEADER_LENGTH",
-    8192,
-    help="Characters of any one header value; a longer one answers 431.",
-)
 # How many reverse proxies of ours stand in front of the portal; X-Forwarded-For is believed
 # only that far, so a client cannot choose the source address recorded for it (the audit log,
 # the sign-in lockout and DRF's throttles all use the same address).

@@ -298,11 +298,15 @@ def give_real_references(case, world: World, who: str) -> None:
     elif path == "/api/v1/projects/{slug}/" and method == "PATCH" and body is not None:
         # The schema states each id's shape, not that a host id goes with host tenancy only,
         # nor that the world's spot pools keep a project off a dedicated host (tests/instances/
-        # test_project_isolation.py tries both): shared or dedicated hardware here.
+        # test_project_isolation.py tries both): shared or dedicated hardware here. Nor that
+        # only a project without isolation of its own joins the portal's MIG pool (tests/
+        # instances/test_mig_pool.py tries it): the world's projects keep their own hosts.
         if body.get("tenancy") == "host":
             body["tenancy"] = "dedicated"
         if body.get("host_id"):
             body["host_id"] = ""
+        if "mig_pool" in body:
+            body["mig_pool"] = "project"
     elif path == "/api/v1/quota-requests/" and method == "POST" and body is not None:
         body["project"] = _pick(world.projects[who], body.get("project"))
     elif path.startswith("/api/v1/pools/") and body is not None:

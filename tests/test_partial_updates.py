@@ -57,6 +57,7 @@ PROJECT = {
     "tenancy": "dedicated",
     "host_id": "h-0fedcba9876543211",
     "instance_profile": "vision-hosts-2",
+    "mig_pool": "portal",
 }
 WALKED = {
     # Leaving host tenancy drops the host id with it (docs/admins.md).
@@ -71,6 +72,9 @@ WALKED = {
 }
 # What names the object rather than sets it: a quota's project and member are its key.
 KEYS = {"/api/v1/quotas/{id}/": {"project", "member"}}
+# A field walked on another object than its path's others: only a project without isolation
+# of its own (nlp-lab has all of it) may join the portal's MIG pool.
+ELSEWHERE = {("/api/v1/projects/{slug}/", "mig_pool"): "/api/v1/projects/vision-lab/"}
 
 
 def _patch_operations(api) -> dict[str, set[str]]:
@@ -156,6 +160,7 @@ def test_a_patch_of_one_field_leaves_every_other_field_as_it_was(
     api_as, objects, path, field, clock
 ):
     user, url = objects[path]
+    url = ELSEWHERE.get((path, field), url)
     values, derived = WALKED[path]
     api = api_as(user)
     before = api.get(url).json()

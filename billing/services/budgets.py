@@ -354,9 +354,11 @@ def budgets_check(*, now: datetime | None = None) -> BudgetCheckReport:
                     reason=f"the {budget.project.slug} budget for {status.month:%B %Y} is "
                     "spent (policy: stop running hosts)",
                 )
+                # Its slices are given back (a slice cannot stop), but a shared MIG host is
+                # billed to no project and may run other projects' slices (the portal's pool).
                 running = Instance.objects.filter(
                     project=budget.project, status=Instance.Status.RUNNING
-                )
+                ).exclude(order__mig_host=True)
                 for instance in running:
                     row = instance_system_stop(
                         instance=instance,

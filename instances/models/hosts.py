@@ -14,11 +14,25 @@ from django.db import models
 from django.utils import timezone
 
 from instances.models.catalog import Image, InstanceType
-from instances.models.orders import Market, Order, ProjectScopedQuerySet
+from instances.models.orders import (
+    Market,
+    Order,
+    ProjectScopedQuerySet,
+    portal_pool_host_orders,
+)
 from instances.providers.base import host_name
+from portal import permissions
 
 
 class InstanceQuerySet(ProjectScopedQuerySet):
+    def for_user(self, user):
+        """As any project's rows, less the portal pool's shared hosts (portal_pool_host_orders)
+        for all but admins and finance."""
+        rows = super().for_user(user)
+        if permissions.sees_everything(user):
+            return rows
+        return rows.exclude(portal_pool_host_orders("order__"))
+
     def with_detail(self):
         """What a host's row, page and worker read about it, in the same query."""
         return self.select_related(

@@ -13,6 +13,7 @@ from instances.models.catalog import Image, InstanceType
 from instances.models.fields import MONEY
 from instances.models.mig import gpu_equivalents
 from portal import permissions
+from portal.models import Project
 
 
 class Market(models.TextChoices):
@@ -40,6 +41,21 @@ class ProjectScopedQuerySet(models.QuerySet):
 
     def for_user(self, user):
         return permissions.visible(self, user)
+
+
+def portal_pool_host_orders(prefix: str = "") -> models.Q:
+    """The orders (or, through ``prefix``, their rows) of shared MIG hosts in the portal's
+    pool: the portal's, running several projects' slices, so only admins and finance read
+    them, whatever project launched them (each slice says where it lives)."""
+    return models.Q(**{f"{prefix}mig_host": True, f"{prefix}mig_pool": Project.MigPool.PORTAL})
+
+
+class OrderQuerySet(ProjectScopedQuerySet):
+    def for_user(self, user):
+        rows = super().for_user(user)
+        if permissions.sees_everything(user):
+            return rows
+        return rows.exclude(portal_pool_host_orders())
 
 
 class Order(models.Model):
@@ -107,6 +123,10 @@ class Order(models.Model):
     )
     mig_price_share = models.DecimalField(max_digits=5, decimal_places=4, null=True, blank=True)
     mig_host = models.BooleanField(default=False)
+    # A shared host's pool: its project's slices only, or the portal's (Project.MigPool).
+    mig_pool = models.CharField(
+        max_length=16, choices=Project.MigPool.choices, default=Project.MigPool.PROJECT
+    )
     # Where the order's hosts keep their checkpoints (s3://... or file://...), fixed when the
     # order is placed and handed unchanged to every replacement so the work resumes.
     checkpoint_uri = models.CharField(max_length=500, blank=True)
@@ -117,7 +137,7 @@ class Order(models.Model):
     request_fingerprint = models.CharField(max_length=64, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
-    objects = ProjectScopedQuerySet.as_manager()
+    objects = OrderQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at"]

@@ -1,8 +1,9 @@
 """instances/services/mig.py: the slices of shared MIG hosts. A shared host's layout is fixed:
 every GPU split into ``per_gpu`` slices of one profile (mig_layout_set, only while none is
 taken); a slice is placed on the first laid-out live host of its type, profile, market and image
-in the holder's project that has a free one (mig_slice_place), and freed when its holder ends
-(instance_transition frees it, in the same transaction as the move).
+in the holder's pool that has a free one (mig_slice_place), and freed when its holder ends
+(instance_transition frees it, in the same transaction as the move). A project's pool
+(Project.mig_pool) is its own shared hosts, or the portal's, which every project in it shares.
 
 An order of slices makes one host record per slice, as an order of hosts does; its launch
 (mig_slice_provision) places it, launching a shared host (an order of the portal's own, not
@@ -28,7 +29,15 @@ from django.db.models import Max, Q
 from django.utils import timezone
 
 from instances.lib.checkpoints import backup_dir
-from instances.models import Instance, Job, MigProfile, MigSlot, Order, OrderEvent
+from instances.models import (
+    Instance,
+    InstanceType,
+    Job,
+    MigProfile,
+    MigSlot,
+    Order,
+    OrderEvent,
+)
 from instances.providers import get_provider
 from instances.providers.base import ProviderError
 from instances.selectors.costs import order_estimate
@@ -85,15 +94,24 @@ def mig_layout_set(*, host: Instance, profile: MigProfile) -> list[MigSlot]:
         )
 
 
+def _pool(slice_: Instance) -> str:
+    """The pool a slice is placed in now: its project's (Project.mig_pool)."""
+    return slice_.project.mig_pool
+
+
 def _hosts_for(slice_: Instance, prefix: str = "") -> dict:
     """The shared hosts a slice may live on, as filters (of the hosts, or through ``prefix``):
-    of its type, in its project, of its market and image, on their way or running, and not
-    one the cloud has warned it takes back."""
+    of its type, in its project's pool (the project's own hosts, or the portal's pool, whoever
+    launched them), of its market and image, on their way or running, and not one the cloud
+    has warned it takes back."""
+    pool = _pool(slice_)
+    own = (("project_id", slice_.project_id),) if pool == Project.MigPool.PROJECT else ()
     return {
         f"{prefix}{name}": value
         for name, value in (
             ("instance_type_id", slice_.instance_type_id),
-            ("project_id", slice_.project_id),
+            ("order__mig_pool", pool),
+            *own,
             ("market", slice_.market),
             ("image_id", slice_.image_id),
             ("status__in", PLACEABLE),
@@ -104,7 +122,7 @@ def _hosts_for(slice_: Instance, prefix: str = "") -> dict:
 
 def mig_slice_place(*, holder: Instance, profile: MigProfile) -> MigSlot | None:
     """Give ``holder`` (a slice's host record) a free slice of ``profile`` on a host of its
-    type in its project that is on its way or running: the host laid out first, GPU by GPU
+    type in its pool that is on its way or running: the host laid out first, GPU by GPU
     (slots are numbered as laid out), so hosts fill in turn and the newest empty ones can end.
     Its slice if it has one already (a retried placement); None when no host has room (the
     caller launches one). The free slots are walked in the order of their index: the first
@@ -154,8 +172,8 @@ def mig_slice_provision(*, instance: Instance) -> Instance:
     """Launch a slice: place it on a shared host with a free slice of its profile, launching
     one (laid out for the profile) when none has room, then follow that host. Safe to run any
     number of times: a placed slice keeps its slot, and shared hosts are launched one at a time
-    per project (under its row lock), so two slices placed at once never launch two hosts where
-    one has room for both."""
+    per pool (_launches_lock), so two slices placed at once never launch two hosts where one
+    has room for both."""
     if instance.status == S.REQUESTED:
         instance, _ = instance_transition(
             instance=instance,
@@ -169,7 +187,7 @@ def mig_slice_provision(*, instance: Instance) -> Instance:
     slot = mig_slice_place(holder=instance, profile=profile)
     if slot is None:
         with transaction.atomic():
-            Project.objects.select_for_update().get(pk=instance.project_id)
+            _launches_lock(instance)
             slot = mig_slice_place(holder=instance, profile=profile)
             if slot is None and not _placeable(instance):
                 return instance_load(instance.pk)  # given back meanwhile: nothing to launch
@@ -188,12 +206,22 @@ def mig_slice_provision(*, instance: Instance) -> Instance:
     return mig_slice_follow(instance=instance_load(instance.pk), host=instance_load(slot.host_id))
 
 
+def _launches_lock(slice_: Instance) -> None:
+    """Held while deciding to launch (or lay out again) a shared host for ``slice_``: its
+    project's row for the project's own hosts, its type's for the portal's pool (one launch
+    at a time among all the projects that share it)."""
+    if _pool(slice_) == Project.MigPool.PROJECT:
+        Project.objects.select_for_update().get(pk=slice_.project_id)
+    else:
+        InstanceType.objects.select_for_update().get(pk=slice_.instance_type_id)
+
+
 def _placeable(instance: Instance) -> bool:
     return Instance.objects.filter(pk=instance.pk, status__in=PLACEABLE).exists()
 
 
 def _empty_host_relayout(slice_: Instance, profile: MigProfile) -> Instance | None:
-    """An empty shared host of the slice's kind (type, project, market, image) laid out for
+    """An empty shared host of the slice's kind (type, pool, market, image) laid out for
     another profile, laid out again for ``profile``: no host is launched while one of the same
     kind idles, and a host's layout changes only when no slice holds any of it. Its slots are
     locked before its row, in mig_hosts_end_empty's order, so a host ending (or a placement
@@ -230,8 +258,11 @@ def _empty_host_relayout(slice_: Instance, profile: MigProfile) -> Instance | No
 
 
 def _shared_host_launch(slice_: Instance, profile: MigProfile) -> Instance:
-    """A shared host for ``profile`` slices in the slice's project: an order of the portal's
-    own (placed, never billed: its slices are), with one host that launches on commit."""
+    """A shared host for ``profile`` slices in the slice's pool: an order of the portal's
+    own (placed, never billed: its slices are), with one host that launches on commit. Its
+    project is the slice's (a host needs one; in the portal's pool it launches with the
+    portal's defaults, as every project in the pool does: Project.clean)."""
+    pool = _pool(slice_)
     order = Order.objects.create(
         requester=slice_.owner,
         project=slice_.project,
@@ -253,8 +284,10 @@ def _shared_host_launch(slice_: Instance, profile: MigProfile) -> Instance:
         status=Order.Status.PLACED,
         mig_profile=profile,
         mig_host=True,
+        mig_pool=pool,
     )
-    reason = f"a shared host for {profile.name} slices in {slice_.project.slug}"
+    where = "the portal's shared pool" if pool == Project.MigPool.PORTAL else slice_.project.slug
+    reason = f"a shared host for {profile.name} slices in {where}"
     OrderEvent.objects.create(order=order, new_status=order.status, reason=reason, actor=PROVISION)
     return instance_create(order, market=slice_.market, reason=reason, actor=PROVISION)
 

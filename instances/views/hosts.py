@@ -246,7 +246,15 @@ def _mig_context(instance: Instance, user) -> dict | None:
         slot = instance.held_slot
         # Its own SSH login, where the cloud gives one (provider offers_slice_logins).
         logins = provider_class().offers_slice_logins()
-        return {"slice": slot, "profile": instance.order.mig_profile, "logins": logins}
+        # Its host's page, to those who may read it (not a researcher, in the portal's pool).
+        shown = slot is not None and Instance.objects.for_user(user).filter(pk=slot.host_id)
+        return {
+            "slice": slot,
+            "profile": instance.order.mig_profile,
+            "logins": logins,
+            "host_shown": bool(shown and shown.exists()),
+            "portal_pool": slot is not None and slot.host.order.mig_pool == "portal",
+        }
     if not instance.is_mig_host:
         return None
     slots = mig_layout(instance)

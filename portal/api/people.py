@@ -99,6 +99,12 @@ class ProjectIsolationInputSerializer(StrictSerializer):
     tenancy = serializers.ChoiceField(choices=Project.Tenancy.choices, required=False)
     host_id = _text(isolation.HOST_SHAPE, 32, "With tenancy host.")
     instance_profile = _text(isolation.INSTANCE_PROFILE_SHAPE, 300, "Name or ARN.")
+    mig_pool = serializers.ChoiceField(
+        choices=Project.MigPool.choices,
+        required=False,
+        help_text="Where the project's MIG slices run: its own shared hosts, or the portal's "
+        "pool, shared with other projects (only for a project without isolation of its own).",
+    )
 
 
 class ProjectChangeSerializer(serializers.ModelSerializer):
@@ -125,8 +131,9 @@ class ProjectViewSet(viewsets.ReadOnlyModelViewSet):
         request=ProjectIsolationInputSerializer,
         responses=ProjectSerializer,
         description="Admins: set where the project's hosts run (subnets, security groups), the "
-        "KMS key of their volumes, their tenancy and instance profile. A field left out keeps "
-        "its value; each change is kept in the project's history.",
+        "KMS key of their volumes, their tenancy and instance profile, and whom its MIG slices "
+        "share hosts with. A field left out keeps its value; each change is kept in the "
+        "project's history.",
     )
     def partial_update(self, request, slug=None):
         project = self.get_object()  # first: a project the caller cannot see is a 404

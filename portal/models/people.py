@@ -89,6 +89,16 @@ class Project(models.Model):
         max_length=300, blank=True, validators=[isolation.validate_instance_profile]
     )
 
+    # Whom the project's MIG slices share a GPU host with (instances/services/mig.py): only
+    # each other, on shared hosts of the project's own, or any project's that is in the
+    # portal's pool, on hosts launched with the portal's defaults (so a project with isolation
+    # of its own keeps to its own).
+    class MigPool(models.TextChoices):
+        PROJECT = "project", "The project's own shared hosts"
+        PORTAL = "portal", "The portal's shared pool"
+
+    mig_pool = models.CharField(max_length=16, choices=MigPool.choices, default=MigPool.PROJECT)
+
     ISOLATION_FIELDS = (
         "subnet_ids",
         "security_group_ids",
@@ -96,6 +106,7 @@ class Project(models.Model):
         "tenancy",
         "host_id",
         "instance_profile",
+        "mig_pool",
     )
 
     objects = ProjectQuerySet.as_manager()
@@ -129,6 +140,26 @@ class Project(models.Model):
             raise ValidationError(
                 {"host_id": "A dedicated host id goes with tenancy host; leave it empty."}
             )
+        if self.mig_pool == self.MigPool.PORTAL and self.isolates():
+            raise ValidationError(
+                {
+                    "mig_pool": "The portal's shared pool runs slices of many projects on hosts "
+                    "launched with the portal's defaults; a project with subnets, security "
+                    "groups, a volume key, a tenancy or an instance profile of its own keeps "
+                    "its slices on its own hosts."
+                }
+            )
+
+    def isolates(self) -> bool:
+        """Whether the project launches its hosts with anything of its own (not the portal's
+        defaults)."""
+        return bool(
+            self.subnet_ids
+            or self.security_group_ids
+            or self.kms_key_id
+            or self.tenancy != self.Tenancy.DEFAULT
+            or self.instance_profile
+        )
 
 
 class ProjectChange(models.Model):

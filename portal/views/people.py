@@ -39,6 +39,13 @@ class IsolationForm(forms.Form):
     tenancy = forms.ChoiceField(choices=Project.Tenancy.choices, label="Tenancy")
     host_id = forms.CharField(required=False, max_length=32, label="Dedicated host id")
     instance_profile = forms.CharField(required=False, max_length=300, label="Instance profile")
+    mig_pool = forms.ChoiceField(
+        choices=Project.MigPool.choices, required=False, label="MIG slices share hosts with"
+    )
+
+    def clean_mig_pool(self) -> str:
+        """Left out, the default: the project's own shared hosts."""
+        return self.cleaned_data["mig_pool"] or Project.MigPool.PROJECT
 
 
 LABELS = {
@@ -48,17 +55,20 @@ LABELS = {
     "tenancy": "Tenancy",
     "host_id": "Dedicated host",
     "instance_profile": "Instance profile",
+    "mig_pool": "MIG slices on",
 }
 
 
-def _shown(value) -> str:
+def _shown(name: str, value) -> str:
+    if name == "mig_pool" and value in Project.MigPool.values:
+        return Project.MigPool(value).label
     return ", ".join(value) if isinstance(value, list) else str(value or "")
 
 
 def change_lines(change) -> list[tuple[str, str, str]]:
     """One history entry as the page lists it: each field changed, from what to what."""
     return [
-        (LABELS.get(name, name), _shown(change.before.get(name)), _shown(new))
+        (LABELS.get(name, name), _shown(name, change.before.get(name)), _shown(name, new))
         for name, new in change.after.items()
     ]
 
@@ -70,7 +80,17 @@ def isolation_lines(project: Project) -> list[dict]:
     effect = project.isolation_in_effect()
     lines = []
     for name, label in LABELS.items():
-        value = effect[name]
+        value = effect.get(name)
+        if name == "mig_pool":
+            lines.append(
+                {
+                    "label": label,
+                    "value": project.get_mig_pool_display(),
+                    "set": True,
+                    "own": True,
+                }
+            )
+            continue
         if name == "tenancy":
             shown = project.get_tenancy_display()
         elif name == "host_id" and not value:

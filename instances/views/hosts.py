@@ -41,6 +41,7 @@ from instances.services.leases import in_words
 from portal import permissions
 from portal.lib.isolation import in_words as isolation_in_words
 from portal.lib.pages import forbidden, service_errors
+from portal.models import Project
 
 
 def _scope(request: HttpRequest) -> str:
@@ -246,14 +247,16 @@ def _mig_context(instance: Instance, user) -> dict | None:
         slot = instance.held_slot
         # Its own SSH login, where the cloud gives one (provider offers_slice_logins).
         logins = provider_class().offers_slice_logins()
-        # Its host's page, to those who may read it (not a researcher, in the portal's pool).
-        shown = slot is not None and Instance.objects.for_user(user).filter(pk=slot.host_id)
+        if slot is not None:  # its host and the host's order, in one query
+            slot.host = Instance.objects.select_related("order").get(pk=slot.host_id)
         return {
             "slice": slot,
             "profile": instance.order.mig_profile,
             "logins": logins,
-            "host_shown": bool(shown and shown.exists()),
-            "portal_pool": slot is not None and slot.host.order.mig_pool == "portal",
+            # Its host's page, to those who may read it (not a researcher, in the portal's pool).
+            "host_shown": slot is not None
+            and Instance.objects.for_user(user).filter(pk=slot.host_id).exists(),
+            "portal_pool": slot is not None and _in_portal_pool(slot.host),
         }
     if not instance.is_mig_host:
         return None
@@ -263,7 +266,12 @@ def _mig_context(instance: Instance, user) -> dict | None:
         "taken": sum(1 for slot in slots if slot.holder_id),
         "total": len(slots),
         "slots": slots if user.is_portal_admin else [],
+        "portal_pool": _in_portal_pool(instance),
     }
+
+
+def _in_portal_pool(host: Instance) -> bool:
+    return host.order.mig_pool == Project.MigPool.PORTAL
 
 
 def _cluster_context(instance: Instance, *, now) -> dict | None:

@@ -64,3 +64,38 @@ def test_alice_orders_slices_and_ada_reads_the_shared_hosts_layout(
     expect(rows).to_have_count(16)
     expect(rows.filter(has_text="alice")).to_have_count(2)
     keep_screenshot(page, "mig-shared-host")
+
+
+def test_ada_puts_two_labs_in_the_portals_pool_and_alice_sees_where_her_slice_lives(
+    page, sign_in, alice, carol, ada, projects, place_order, catalog, settings
+):
+    settings.PORTAL_SIMULATED_AGENTS = True
+    sign_in("ada")
+    for slug in ("vision-lab", "nlp-lab"):
+        page.goto(f"/projects/{slug}/")
+        page.select_option("#id_mig_pool", "portal")
+        page.get_by_role("button", name="Save").click()
+        expect(page.get_by_test_id("isolation")).to_contain_text("The portal's shared pool")
+    keep_screenshot(page, "mig-pool-project")
+    records = [
+        place_order(
+            user,
+            project=projects[slug],
+            instance_type=catalog["p4d.24xlarge"],
+            mig_profile="1g.5gb",
+        ).instances.get()
+        for user, slug in ((alice, "vision-lab"), (carol, "nlp-lab"))
+    ]
+    for record in records:
+        tasks.provision_instance.apply(args=[str(record.pk)])
+    host = Instance.objects.get(order__mig_host=True)  # one host for both labs
+    tasks.provision_instance.apply(args=[str(host.pk)])
+    mig_host_follow(host_id=host.pk)
+    page.context.clear_cookies()
+    sign_in("alice")
+    page.goto(f"/hosts/{records[0].pk}/")
+    card = page.get_by_test_id("mig")
+    expect(card).to_contain_text("the portal's shared pool, with other projects' slices")
+    expect(card).to_contain_text(host.name)
+    expect(card.get_by_role("link", name=host.name)).to_have_count(0)
+    keep_screenshot(page, "mig-pool-slice")

@@ -130,21 +130,6 @@ DATABASES = {
         conn_health_checks=True,
     )
 }
-DATABASE_PREPARED_STATEMENTS = env_bool(
-    "DATABASE_PREPARED_STATEMENTS",
-    True,
-    help="PostgreSQL: send query parameters apart from the SQL and prepare a query the fifth "
-    "time a connection runs it (psycopg's server-side binding), which saves planning the "
-    "session, user and audit queries every request makes. Turn off behind a pooler that does "
-    "not keep prepared statements (PgBouncer in transaction mode before 1.21).",
-)
-if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and (
-    DATABASE_PREPARED_STATEMENTS
-):
-    # Django leaves psycopg's prepare_threshold unset (never prepare) unless it is given.
-    DATABASES["default"].setdefault("OPTIONS", {}).update(
-        server_side_binding=True, prepare_threshold=5
-    )
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Web, worker and beat share one SQLite file in the embedded default: wait for the write
     # lock instead of failing at once, and take it at BEGIN so readers never upgrade mid-way.

@@ -280,7 +280,7 @@ def _insert_usage(cursor, first_hour: int, last_hour: int, limit: int | None = N
             "updated_at": "now()",
         },
         # Hour-major, as metering writes them: a day's rows lie together in the table.
-        f"""generate_series(%s, %s) AS hour
+        f"""generate_series(%s::int, %s::int) AS hour
         CROSS JOIN generate_series(0, {SLOTS - 1}) AS slot
         JOIN bench_host h ON h.k = slot
             AND h.g = (hour + {PHASE.format(k="slot")}) / {LIFE.format(k="slot")}

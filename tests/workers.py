@@ -148,11 +148,27 @@ class Worker:
                 self.kill()
 
 
-def wait_for(predicate, timeout: float = 60, every: float = 0.2):
+def wait_for(
+    check,
+    timeout: float = 60,
+    *,
+    every: float = 0.2,
+    what: str = "",
+    detail=None,
+    tolerate: tuple[type[BaseException], ...] = (),
+):
+    """``check()`` once it is truthy, asked every ``every`` seconds. ``tolerate``: errors that
+    mean "not yet" (a file a process has not written yet: OSError). After ``timeout`` seconds, a
+    failure that names ``what`` (or the check) and ends with ``detail()`` (a job's log, say), so
+    that a run that timed out can be read."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        value = predicate()
+        try:
+            value = check()
+        except tolerate:
+            value = None
         if value:
             return value
         time.sleep(every)
-    raise AssertionError(f"gave up after {timeout} s waiting for {predicate.__doc__ or predicate}")
+    said = f"\n{detail()}" if detail else ""
+    raise AssertionError(f"waited {timeout} s for {what or check.__doc__ or check}{said}")

@@ -7,11 +7,12 @@ from __future__ import annotations
 import base64
 import json
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+
+from tests import workers
 
 
 class Recorder(ThreadingHTTPServer):
@@ -100,15 +101,8 @@ class FakePortal:
 
 
 def wait_for(predicate, timeout=10.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        try:
-            if predicate():
-                return
-        except OSError:  # a file the agent has not written yet
-            pass
-        time.sleep(0.05)
-    raise AssertionError(f"still waiting after {timeout:.0f} s")
+    """As tests.workers.wait_for, every 0.05 s, with a file not written yet as "not yet"."""
+    return workers.wait_for(predicate, timeout, every=0.05, tolerate=(OSError,))
 
 
 def alive(pid: int) -> bool:

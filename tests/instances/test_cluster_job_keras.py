@@ -19,7 +19,8 @@ from django.core.management import call_command
 from instances import services
 from instances.models import Instance, Job
 from instances.providers.simulated_agents import host_agents
-from tests.instances.test_job_execution import agents, log_of, submit, wait_for
+from tests.instances.test_job_execution import agents, log_of, submit
+from tests.workers import wait_for
 
 __all__ = ["agents"]  # the fixture, shared with test_job_execution
 
@@ -90,7 +91,7 @@ def test_a_two_worker_keras_cluster_job_resumes_on_both_nodes_after_one_is_inter
     assert [node.status for node in first] == [Instance.Status.RUNNING] * 2
     wait_for(
         lambda: ranks_saw(log_of(job), "epoch 3 ends") == {"0", "1"},
-        seconds=120,
+        timeout=120,
         what="both workers' third epoch",
         detail=lambda: story(job),
     )
@@ -101,7 +102,7 @@ def test_a_two_worker_keras_cluster_job_resumes_on_both_nodes_after_one_is_inter
     services.spot_events_drain()
     wait_for(
         lambda: Job.objects.get(pk=job.pk).status == Job.Status.RECOVERING,
-        seconds=30,
+        timeout=30,
         what="recovering",
         detail=lambda: story(job),
     )
@@ -110,7 +111,7 @@ def test_a_two_worker_keras_cluster_job_resumes_on_both_nodes_after_one_is_inter
     services.instance_provision(instance_id=replacement.pk)
     wait_for(
         lambda: Job.objects.get(pk=job.pk).status == Job.Status.SUCCEEDED,
-        seconds=150,
+        timeout=150,
         what="success",
         detail=lambda: story(job),
     )

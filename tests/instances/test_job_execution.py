@@ -6,8 +6,6 @@ after it, on the replacement host, resumes from that checkpoint."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from instances import services
@@ -16,6 +14,7 @@ from instances.providers.simulated import SimulatedProvider
 from instances.providers.simulated_agents import host_agents
 from instances.selectors.jobs import job_log_read
 from instances.services.jobs import job_submit
+from tests.workers import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 
@@ -52,19 +51,6 @@ def agents(settings, live_server, tmp_path):
         host_agents().end(host.pk, grace=2.0)
     for host in Instance.objects.all():
         assert host_agents().pid(host.pk) is None and not host_agents().job_pids(host.pk)
-
-
-def wait_for(check, *, seconds: float = 30.0, what: str = "", detail=None):
-    """``check()`` once it is truthy; after ``seconds``, a failure that names ``what`` and
-    ends with ``detail()`` (a job's log, say), so that a run that timed out can be read."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    said = f"\n{detail()}" if detail else ""
-    raise AssertionError(f"waited {seconds} s for {what}{said}")
 
 
 def log_of(job: Job) -> str:
@@ -110,7 +96,7 @@ def test_an_interrupted_job_resumes_from_its_checkpoint_on_the_replacement(
     assert second.replaces == first and second.availability_zone != first.availability_zone
     wait_for(
         lambda: Job.objects.get(pk=job.pk).status == Job.Status.SUCCEEDED,
-        seconds=45,
+        timeout=45,
         what="success",
     )
     text = log_of(job)
@@ -148,7 +134,7 @@ def test_cancel_stops_the_command_and_its_host_takes_the_agent_with_it(
 
     job_cancel(job=services_job, user=alice)
     services.instance_cloud_action(instance_id=host.pk, action="terminate")
-    wait_for(lambda: not host_agents().job_pids(host.pk), seconds=15, what="the job to stop")
+    wait_for(lambda: not host_agents().job_pids(host.pk), timeout=15, what="the job to stop")
     assert host_agents().pid(host.pk) is None
 
 

@@ -15,7 +15,8 @@ from django.core.management import call_command
 from instances import services
 from instances.models import Job
 from instances.selectors.jobs import job_scalar_series
-from tests.instances.test_job_execution import agents, boot, log_of, submit, wait_for
+from tests.instances.test_job_execution import agents, boot, log_of, submit
+from tests.workers import wait_for
 
 __all__ = ["agents"]  # the fixture, shared with test_job_execution
 
@@ -58,20 +59,20 @@ PY"""
 def test_keras_training_resumes_at_epoch_4_after_an_interruption(agents, alice, projects, catalog):
     job = submit(alice, projects, catalog, market="spot", command=TRAIN)
     first = boot(job)
-    wait_for(lambda: "epoch 3 ends" in log_of(job), seconds=90, what="the third epoch")
+    wait_for(lambda: "epoch 3 ends" in log_of(job), timeout=90, what="the third epoch")
     # The cloud warns it takes the host back (the console's command, then the drain beat runs).
     call_command("simulated_cloud", "warn", first.cloud_id, stdout=StringIO())
     services.spot_events_drain()
     wait_for(
         lambda: Job.objects.get(pk=job.pk).status == Job.Status.RECOVERING,
-        seconds=30,
+        timeout=30,
         what="recovering",
     )
     second = boot(job)
     assert second.replaces == first
     wait_for(
         lambda: Job.objects.get(pk=job.pk).status == Job.Status.SUCCEEDED,
-        seconds=120,
+        timeout=120,
         what="success",
     )
     text = log_of(job)

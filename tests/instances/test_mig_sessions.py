@@ -17,7 +17,8 @@ from instances.models import Image, Instance, Job, Notebook
 from instances.providers.simulated_agents import host_agents
 from instances.services.jobs import job_submit
 from instances.services.mig import mig_host_follow
-from tests.instances.test_job_execution import agents, log_of, wait_for  # noqa: F401 (fixture)
+from tests.instances.test_job_execution import agents, log_of  # noqa: F401 (fixture)
+from tests.workers import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 
@@ -108,7 +109,7 @@ def test_two_tenants_of_a_shared_host_see_only_their_own_device_files_and_proces
     assert theirs.held_slot.host_id == mine.held_slot.host_id  # one shared host, two tenants
     wait_for(
         lambda: Job.objects.get(pk=second.pk).status == Job.Status.SUCCEEDED,
-        seconds=45,
+        timeout=45,
         what="bob's job to succeed",
     )
     seen = log_of(second)

@@ -254,8 +254,9 @@ class KeepRunningActions:
     @action(detail=True, methods=["post"], url_path="keep-running")
     def keep_running(self, request, pk=None):
         """Hold off the idle stop for the project's snooze hours (answers its warning). 409
-        ``no_idle_policy`` when the project stops no idle hosts, ``invalid_state`` when the host
-        is not running; 403 for someone who may not stop it."""
+        ``idle_exempt`` for a host the idle stop never stops (a pool's, a job's, a MIG slice or
+        shared host), ``no_idle_policy`` when the project stops no idle hosts, ``invalid_state``
+        when the host is not running; 403 for someone who may not stop it."""
         instance = self.get_object()
         refuse_body(request)
         instance = services.instance_keep_running(instance=instance, user=request.user)

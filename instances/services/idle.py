@@ -95,21 +95,40 @@ def _call_off_stale(report: IdleReport) -> None:
             report.cleared.append(str(instance_id))
 
 
+def idle_watched() -> Q:
+    """The hosts a project's idle policy watches; idle_exemption says the same rule in words,
+    host by host. A pool's hosts are not stopped one by one: its target tracking scales in idle
+    ones. A job's host is not idle while its job lives (a data loader or a CPU step is work
+    too): the job ends it when it ends, and its time limit bounds what it costs. MIG slices and
+    their shared hosts are never stopped (a slice is given back; an empty shared host ends)."""
+    return Q(pool__isnull=True, order__job__isnull=True, order__mig_profile__isnull=True)
+
+
+def idle_exemption(instance: Instance) -> str | None:
+    """Why the idle stop never stops ``instance``, as words that follow "never stopped for
+    being idle: "; None when its project's policy watches it (idle_watched, the same rule)."""
+    order = instance.order
+    if instance.pool_id is not None:
+        return "its pool scales in idle hosts instead"
+    if order.mig_host:
+        minutes = settings.PORTAL_MIG_HOST_EMPTY_MINUTES
+        return f"a shared MIG host ends once no slice has used it for {minutes} minutes"
+    if order.mig_profile_id is not None:
+        return "a MIG slice is given back, never stopped"
+    if hasattr(order, "job"):
+        return "its job ends it when the job ends, within the job's time limit"
+    return None
+
+
 def _check_project(policy: IdlePolicy, now: datetime, report: IdleReport) -> None:
     idle_for = warn_after_minutes(policy)
     window_start = now - idle_for * MINUTE
     fresh_after = now - settings.PORTAL_TELEMETRY_FRESH_MINUTES * MINUTE
-    # A pool's hosts are not stopped one by one: its target tracking scales in idle ones. A
-    # job's host is not idle while its job lives (a data loader or a CPU step is work too): the
-    # job ends it when it ends, and its time limit bounds what it costs. MIG slices and their
-    # shared hosts are never stopped (a slice is given back; an empty shared host ends).
-    hosts = Instance.objects.filter(
-        project_id=policy.project_id,
-        status=Instance.Status.RUNNING,
-        pool__isnull=True,
-        order__job__isnull=True,
-        order__mig_profile__isnull=True,
-    ).exclude(idle_snoozed_until__gt=now)
+    hosts = (
+        Instance.objects.filter(project_id=policy.project_id, status=Instance.Status.RUNNING)
+        .filter(idle_watched())
+        .exclude(idle_snoozed_until__gt=now)
+    )
     since_warning = Q(minute__gte=F("instance__idle_warned_at") - MINUTE)
     stats = (
         GpuReading.objects.filter(
@@ -236,6 +255,11 @@ def instance_keep_running(
     now = now or timezone.now()
     if not permissions.can_keep_running(user, instance):
         raise Forbidden("You can see this host but not keep it running; ask its owner.")
+    exemption = idle_exemption(instance)
+    if exemption:
+        raise Conflict(
+            f"This host is never stopped for being idle: {exemption}.", code="idle_exempt"
+        )
     policy = IdlePolicy.objects.filter(project_id=instance.project_id, enabled=True).first()
     if policy is None:
         raise Conflict(

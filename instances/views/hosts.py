@@ -36,7 +36,7 @@ from instances.selectors.hosts import instances_named
 from instances.selectors.mig import mig_layout
 from instances.selectors.orders import held_orders
 from instances.selectors.telemetry import gpu_first_reading_at, latest_gpu_readings
-from instances.services.idle import idle_since
+from instances.services.idle import idle_exemption, idle_since
 from instances.services.leases import in_words
 from portal import permissions
 from portal.lib.isolation import in_words as isolation_in_words
@@ -225,6 +225,7 @@ def _host_context(request: HttpRequest, instance: Instance) -> dict:
         "gpu_has_readings": first is not None,
         "gpu_chart_hours": GPU_CHART_HOURS,
         "idle_policy": policy,
+        "idle_exempt": idle_exemption(instance),
         "idle_for": (
             in_words(now - idle_since(instance, policy))
             if policy and instance.idle_stop_at

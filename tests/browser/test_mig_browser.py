@@ -99,3 +99,24 @@ def test_ada_puts_two_labs_in_the_portals_pool_and_alice_sees_where_her_slice_li
     expect(card).to_contain_text(host.name)
     expect(card.get_by_role("link", name=host.name)).to_have_count(0)
     keep_screenshot(page, "mig-pool-slice")
+
+    # Ada reads the pool's host: the portal's, launched for alice's slice, with no lease and no
+    # idle stop, and its order on the hosts list says the same.
+    page.context.clear_cookies()
+    sign_in("ada")
+    page.goto(f"/hosts/{host.pk}/")
+    expect(page.locator("#host-panel")).to_contain_text(
+        "the portal's shared pool · launched for a slice of alice's (vision-lab)"
+    )
+    expect(page.get_by_test_id("idle-stop")).to_contain_text(
+        "never: a shared MIG host ends once no slice has used it for"
+    )
+    keep_screenshot(page, "mig-pool-host")
+    page.goto("/hosts/?scope=projects")
+    group = page.locator(f"#order-{host.order_id}")
+    expect(group.get_by_role("heading")).to_contain_text("Shared MIG host")
+    expect(group).to_contain_text("no lease: it ends once no slice uses it")
+    expect(group).not_to_contain_text("lease ends")
+    expect(group.locator("td[data-label=Owner]")).to_have_text("shared")
+    expect(group.locator("td[data-label='Cost so far']")).to_have_text("billed through its slices")
+    keep_screenshot(page, "mig-pool-hosts-list")

@@ -9,7 +9,7 @@ import pytest
 
 from audit.models import AuditEvent
 from instances import services
-from instances.models import IdlePolicy, Instance
+from instances.models import IdlePolicy, Image, Instance
 from instances.providers.gpu_profile import profile_of
 from instances.providers.simulated import SimulatedProvider
 from portal.models import Notice
@@ -256,3 +256,74 @@ def test_the_idle_warning_never_says_longer_than_the_host_has_run(
     client.force_login(alice)
     page = client.get(f"/hosts/{host.pk}/").content.decode()
     assert "have been below 10 % for 70 seconds (warned" in page
+
+
+def test_the_hosts_the_idle_stop_leaves_alone_say_why_and_cannot_be_kept_running(
+    running_host,
+    idle_policy,
+    alice,
+    ada,
+    catalog,
+    projects,
+    place_order,
+    api_as,
+    client,
+    settings,
+    make_pool,
+):
+    """A pool's host, a job's, a MIG slice and its shared host are never stopped for being idle:
+    their page says why instead of the project's policy, and Keep running is refused with the
+    same sentence, changing nothing. The page's rule is the pass's (idle_watched)."""
+    from instances import tasks
+    from instances.services.idle import idle_exemption, idle_watched
+    from instances.services.jobs import job_submit
+
+    settings.PORTAL_SIMULATED_AGENTS = True
+    vision = projects["vision-lab"]
+    image = Image.objects.get(name="tf-2.17-cuda12.3")
+    pool = make_pool(desired=1)
+    services.autoscale()  # launches the pool's host
+    job = job_submit(
+        requester=alice,
+        project=vision,
+        instance_type=catalog["g5.xlarge"],
+        image=image,
+        market="on_demand",
+        name="train",
+        command="python train.py",
+    )
+    slice_ = place_order(
+        alice, instance_type=catalog["p4d.24xlarge"], mig_profile="1g.5gb"
+    ).instances.get()
+    tasks.provision_instance.apply(args=[str(slice_.pk)])
+    hosts = {
+        "plain": (running_host(), None),
+        "pool": (Instance.objects.get(pool=pool), "its pool scales in idle hosts instead"),
+        "job": (job.order.instances.get(), "its job ends it when the job ends"),
+        "slice": (Instance.objects.get(pk=slice_.pk), "a MIG slice is given back, never stopped"),
+        "shared host": (
+            Instance.objects.get(order__mig_host=True),
+            "a shared MIG host ends once no slice has used it for",
+        ),
+    }
+    for kind, (host, why) in hosts.items():
+        exemption = idle_exemption(host)
+        watched = Instance.objects.filter(pk=host.pk).filter(idle_watched()).exists()
+        assert watched == (exemption is None), kind
+        assert (exemption or "").startswith(why or ""), (kind, exemption)
+    client.force_login(ada)
+    for kind, (host, why) in hosts.items():
+        shown = client.get(f"/hosts/{host.pk}/").content.decode()
+        if why:
+            assert f"never: {why}" in shown, kind
+        else:
+            assert "below 10 % for 30 min" in shown
+    for kind in ("pool", "job", "slice"):
+        host = hosts[kind][0]
+        response = api_as(alice).post(f"/api/v1/instances/{host.pk}/keep-running/")
+        assert response.status_code == 409, (kind, response.content)
+        assert response.json()["code"] == "idle_exempt"
+        assert response.json()["detail"].startswith(
+            "This host is never stopped for being idle: " + hosts[kind][1]
+        )
+        assert Instance.objects.get(pk=host.pk).idle_snoozed_until is None

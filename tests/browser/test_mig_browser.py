@@ -111,6 +111,9 @@ def test_ada_puts_two_labs_in_the_portals_pool_and_alice_sees_where_her_slice_li
     expect(page.get_by_test_id("idle-stop")).to_contain_text(
         "never: a shared MIG host ends once no slice has used it for"
     )
+    expect(page.get_by_test_id("isolation")).to_contain_text(
+        "the portal's defaults, as every host of its shared pool"
+    )
     keep_screenshot(page, "mig-pool-host")
     page.goto("/hosts/?scope=projects")
     group = page.locator(f"#order-{host.order_id}")

@@ -441,7 +441,16 @@ def test_a_worker_killed_between_host_and_start_and_during_recovery_leaves_no_jo
     assert runs_per_host == 0, "a host was handed the same job twice"
     for job in jobs:
         scenario = scenario_of[str(job.pk)]
-        assert job.status == ENDS[scenario], (scenario, job.status, job.status_reason)
+        assert job.status == ENDS[scenario], (
+            scenario,
+            job.status,
+            job.status_reason,
+            list(job.events.order_by("at", "id").values_list("new_status", "reason")),
+            [
+                (host.name, host.status, host.status_reason, str(host.replaces_id)[:8])
+                for host in job.order.instances.order_by("created_at")
+            ],
+        )
         runs = list(job.runs.all())
         assert all(run.ended_at and run.outcome for run in runs), (
             "a run never ended",

@@ -11,8 +11,9 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
@@ -481,20 +482,26 @@ def test_the_job_detail_sums_its_hosts_costs(submit, api_as, alice, clock):
     assert body["runs"][0]["number"] == 1 and body["status"] == "running"
 
 
-def test_a_pending_jobs_host_taken_back_unreplaced_gets_its_replacement_from_the_pass(
-    submit, monkeypatch
-):
-    """A worker killed between recording the interruption and starting the replacement (found
-    by the job chaos test's reading): the job pass starts it, and the job waits for it."""
+def taken_back_unreplaced(host: Instance, monkeypatch) -> Instance:
+    """The cloud takes ``host`` back and reconcile records it, its worker dying before the
+    spot recovery could start the replacement."""
     from instances.services import spot_recovery
 
-    job = submit()
-    host = boot(job)
     SimulatedProvider().interrupt(host.cloud_id)
     with monkeypatch.context() as patch:
         patch.setattr(spot_recovery, "replacement_start", lambda **kwargs: None)
         services.instance_sync(instance_id=host.pk)
     host.refresh_from_db()
+    return host
+
+
+def test_a_pending_jobs_host_taken_back_unreplaced_gets_its_replacement_from_the_pass(
+    submit, monkeypatch
+):
+    """A worker killed between recording the interruption and starting the replacement (found
+    by the job chaos test's reading): the job pass starts it, and the job waits for it."""
+    job = submit()
+    host = taken_back_unreplaced(boot(job), monkeypatch)
     assert host.status == H.TERMINATED and host.replaced_by is None
     assert jobs_pass()["host_lost"] == 1
     job.refresh_from_db()
@@ -503,6 +510,29 @@ def test_a_pending_jobs_host_taken_back_unreplaced_gets_its_replacement_from_the
     assert job.events.filter(reason=f"waits for host {replacement.name}").exists()
     assert not any(jobs_pass().values())  # once
     assert host.replacements.count() == 1
+
+
+def test_a_pass_that_read_the_hosts_before_reconcile_replaced_one_lets_the_job_wait(
+    submit, monkeypatch
+):
+    """The job chaos test's failure in CI: the pass read a pending job's hosts (its one host
+    taken back), then reconcile, recording the interruption, committed the replacement before
+    the pass looked for one; the pass failed the job ("no host could run it") though its
+    replacement was launching. The pass reads the hosts again under the host's lock."""
+    from instances.services import spot_recovery
+    from instances.services.jobs import recovery
+
+    job = submit()
+    host = taken_back_unreplaced(boot(job), monkeypatch)
+    read_by_the_pass = list(job.order.instances.all())
+    replacement = spot_recovery.replacement_start(instance_id=host.pk, why="interrupted")
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().select_related("order").get(pk=job.pk)
+        recovery._repair(locked, timezone.now(), "no_live_host", read_by_the_pass)
+    job.refresh_from_db()
+    assert job.status == J.PENDING, job.status_reason
+    assert list(host.replacements.all()) == [replacement]
+    assert not any(jobs_pass().values())
 
 
 def test_a_working_folder_goes_to_the_agent_with_the_run_and_to_a_rerun(submit, api_as, alice):

@@ -232,6 +232,11 @@ def _rule(job: Job, now, hosts: list[Instance], lost: set) -> str | None:
     return None
 
 
+def _newest_dead(hosts: list[Instance]) -> Instance:
+    """The newest host of the order's first dead rank (_dead_rank)."""
+    return max(_dead_rank(hosts) or hosts, key=lambda h: (h.created_at, str(h.pk)))
+
+
 def _lost_runs(job: Job) -> list[JobRun]:
     """The runs of the job's current run that lost their node (LOST_RUN), in rank order."""
     last = job.runs.order_by("-number").values_list("number", flat=True).first()
@@ -281,7 +286,14 @@ def _repair(job: Job, now, rule: str | None, hosts: list[Instance]) -> str | Non
         return "host_lost"
     if rule != "no_live_host":
         return None
-    last = max(_dead_rank(hosts) or hosts, key=lambda h: (h.created_at, str(h.pk)))
+    # Its newest dead host, locked as the spot recovery locks it to start its replacement: a
+    # replacement reconcile started since the hosts were read (at once, as it recorded the
+    # interruption) is in the hosts read again, and the job waits for it.
+    Instance.objects.select_for_update().only("pk").get(pk=_newest_dead(hosts).pk)
+    hosts = list(order.instances.all())
+    if _dead_rank(hosts) is None:
+        return None
+    last = _newest_dead(hosts)
     if job.status == Job.Status.RECOVERING and last.replaced_by is None:
         # The recovery it waits in was counted when it began: this host is replaced within it.
         job_note(job=job, note=f"host {last.name} ended while the job waited", host=last)

@@ -214,6 +214,9 @@ def _target(row: dict) -> tuple[str, str, str]:
     """The user, address and port ("" for ssh's own) of a running host, from the API's
     ssh_command (``ssh user@ip``, or a MIG slice's ``ssh -p PORT user@ip``)."""
     command = row.get("ssh_command")
+    if not command and row["status"] == "running" and row.get("public_ip"):
+        # Ordered without a key, a shared MIG host, a slice its cloud gives no login.
+        fail(f"{row['name']} runs but has no SSH login; its page says why.", EXIT_REFUSED)
     if not command:
         fail(f"{row['name']} is {row['status']}: it has no address until it runs.", EXIT_REFUSED)
     words = command.split()

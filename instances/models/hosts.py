@@ -36,7 +36,14 @@ class InstanceQuerySet(ProjectScopedQuerySet):
     def with_detail(self):
         """What a host's row, page and worker read about it, in the same query."""
         return self.select_related(
-            "order", "order__mig_profile", "instance_type", "image", "project", "owner", "mig_slot"
+            "order",
+            "order__mig_profile",
+            "order__job",
+            "instance_type",
+            "image",
+            "project",
+            "owner",
+            "mig_slot",
         )
 
     def with_events(self):
@@ -202,13 +209,14 @@ class Instance(models.Model):
     def ssh_command(self) -> str | None:
         """How to reach a running host (None until it runs and has an address). A slice: its
         own login (into its sandbox), where its cloud gives one. None for a shared MIG host: its
-        login would see every GPU and every tenant's files."""
+        login would see every GPU and every tenant's files. None for a host ordered without an
+        SSH key (a job may be): nothing would let its owner in."""
         if self.status != self.Status.RUNNING or not self.public_ip:
             return None
         if self.is_mig_slice:
             return self.slice_login or None
-        if self.is_mig_host:
-            return None
+        if self.is_mig_host or not self.order.ssh_public_key:
+            return None  # (a job may be ordered without a key: no key, no login)
         return f"ssh {self.image.ssh_user}@{self.public_ip}"
 
     @property
@@ -287,11 +295,43 @@ class InstanceAction:
                 "host runs on for the other slices.",
                 "mig_slice_cannot_stop",
             )
+        if instance.pool_id is not None and self.name != "terminate":
+            # Its pool ends a stopped host and launches another (pools/plan.py, out of service).
+            return (
+                "A pool host is not stopped or started: its pool would end a stopped host and "
+                "launch another in its place. To have fewer hosts, lower the pool's desired "
+                "count.",
+                "pool_host_cannot_stop",
+            )
         return None
 
     def confirm_for(self, instance: Instance) -> str:
-        """What the confirmation says: a pool host that is terminated is replaced by its pool
-        (it keeps its size), so its owner hears that before, not after."""
+        """What the confirmation says happens, where it is more than this action's own words: a
+        slice is given back, a pool replaces a host it loses, a live job recovers on a new host
+        (its owner hears that before, not after)."""
+        if instance.is_mig_slice:
+            return (
+                "The slice is given back: its sandbox and the files in it are deleted, and its "
+                "shared host runs on for the other slices. This cannot be undone."
+            )
+        job = getattr(instance.order, "job", None)
+        if job is not None and job.status in (job.Status.STARTING, job.Status.RUNNING):
+            # jobs/recovery.py: a run that loses its host is a recovery, on a new host (a
+            # cluster's stopped node ends), while the job has recoveries left.
+            if job.max_recoveries is not None and job.recoveries >= job.max_recoveries:
+                then = f"the job fails, its {job.max_recoveries} recoveries used up"
+            else:
+                then = "the job starts again on a new host (a recovery, billed as it runs)"
+            if self.name != "stop":
+                kept = "this host and its disk are deleted"
+            elif instance.rank is not None:
+                kept = "this node then ends and its disk is deleted"
+            else:
+                kept = "this one stays stopped, its disk billed, until the job ends"
+            return (
+                f"Job {job.name}'s run ends with it and {then}; {kept}. To end the job, cancel "
+                "it instead."
+            )
         pool = instance.pool if instance.pool_id else None
         if self.name != "terminate" or pool is None or pool.status == pool.Status.DELETING:
             return self.confirm

@@ -67,6 +67,24 @@ def lease_warnings(hours: int) -> list[int]:
     return fits or [max(1, lease // 4)]
 
 
+def lease_fixed(instance: Instance) -> Conflict | None:
+    """Why ``instance``'s lease is never extended, whatever its status, or None: the host
+    page offers Extend only where this is None."""
+    if instance.is_mig_host:
+        return Conflict(
+            "A shared MIG host has no lease to extend: it runs while its slices do. Extend "
+            "your slice's lease instead.",
+            code="mig_shared_host",
+        )
+    if instance.pool_id is not None:
+        return Conflict(
+            "A pool host's lease is not extended: its pool launches a fresh host in its place "
+            "before the lease ends. To keep more hosts, raise the pool's desired count.",
+            code="pool_host_lease",
+        )
+    return None
+
+
 def instance_extend_lease(*, instance: Instance, user: User, hours: int) -> Instance:
     """Add ``hours`` to a host's lease: allowed up to the longest lease (counted, as the lease
     is, from when the host first ran) its project allows, and only if the admission checks
@@ -77,12 +95,9 @@ def instance_extend_lease(*, instance: Instance, user: User, hours: int) -> Inst
         raise Forbidden("You can see this host but not extend its lease; ask its owner.")
     if isinstance(hours, bool) or not isinstance(hours, int) or hours < 1:
         raise ValidationError({"hours": "hours must be a whole number, at least 1."}, code="min")
-    if instance.is_mig_host:
-        raise Conflict(
-            "A shared MIG host has no lease to extend: it runs while its slices do. Extend "
-            "your slice's lease instead.",
-            code="mig_shared_host",
-        )
+    refusal = lease_fixed(instance)
+    if refusal is not None:
+        raise refusal
     with transaction.atomic():
         # The project first, then the host: the order order_admit and the expiry take them in.
         Project.objects.select_for_update().get(pk=instance.project_id)

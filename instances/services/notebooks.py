@@ -70,19 +70,22 @@ def notebook_refusal(instance: Instance) -> tuple[str, str] | None:
             "slice_sessions_not_offered",
             "This cloud's shared hosts do not offer slice sessions yet.",
         )
+    # The ssh -L recipe the page gives a host that has an SSH login (ssh_command's rule).
+    recipe = "use the ssh -L recipe on the host's page" if instance.order.ssh_public_key else ""
     if not provider_class().offers_notebooks():
         return (
             "notebooks_not_offered",
-            "This cloud's hosts do not offer notebooks through the portal yet: use the ssh -L "
-            "recipe on the host's page.",
+            "This cloud's hosts do not offer notebooks through the portal yet"
+            + (f": {recipe}." if recipe else "."),
         )
     if not instance.image.jupyterlab_version:
         with_one = Image.objects.filter(is_active=True).exclude(jupyterlab_version="")
         names = ", ".join(with_one.order_by("name").values_list("name", flat=True))
         return (
             "image_without_jupyterlab",
-            f"{instance.name}'s image {instance.image.name} has no JupyterLab: use the ssh -L "
-            "recipe on the host's page, or order a host of an image that has one"
+            f"{instance.name}'s image {instance.image.name} has no JupyterLab: "
+            + (f"{recipe}, or order" if recipe else "order")
+            + " a host of an image that has one"
             + (f" ({names})." if names else "."),
         )
     if instance.status != Instance.Status.RUNNING:

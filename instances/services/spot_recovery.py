@@ -135,7 +135,14 @@ def spot_takeback(instance: Instance) -> Takeback | None:
     if instance.spot_interruption_at is None or not instance.is_live:
         return None
     policy = _policy(instance)
-    if instance.pool_id:
+    if instance.is_mig_host:
+        # Never replaced itself (instance_interrupted): its slices' owners are warned, each
+        # of their slice, and each slice's own policy acts.
+        next_ = (
+            "Each of its slices' owners is warned on the slice's page, where the slice's own "
+            "policy acts; the shared host itself is not replaced."
+        )
+    elif instance.pool_id:
         # A pool counts a warned host as leaving and launches its replacement itself.
         next_ = (
             "Its pool launches a replacement once it is gone (policy: notify)."

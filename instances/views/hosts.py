@@ -37,7 +37,7 @@ from instances.selectors.mig import mig_layout
 from instances.selectors.orders import held_orders
 from instances.selectors.telemetry import gpu_first_reading_at, latest_gpu_readings
 from instances.services.idle import idle_exemption, idle_since
-from instances.services.leases import in_words
+from instances.services.leases import in_words, lease_fixed
 from portal import permissions
 from portal.lib.isolation import in_words as isolation_in_words
 from portal.lib.pages import forbidden, service_errors
@@ -191,6 +191,7 @@ def _host_context(request: HttpRequest, instance: Instance) -> dict:
     now = timezone.now()
     events = list(instance.events.all())
     policy = IdlePolicy.objects.filter(project_id=instance.project_id, enabled=True).first()
+    fixed = lease_fixed(instance)
     gpu = latest_gpu_readings([instance.pk], now=now, with_gpus=True).get(instance.pk)
     window = now - timedelta(hours=GPU_CHART_HOURS)
     first = gpu_first_reading_at(instance, since=window)
@@ -205,6 +206,12 @@ def _host_context(request: HttpRequest, instance: Instance) -> dict:
         "rate": rate_now(instance) if instance.status == Instance.Status.RUNNING else None,
         "ssh": instance.ssh_command,
         "slice_session": instance.is_mig_slice and instance.status == Instance.Status.RUNNING,
+        # Running, reachable, and no login only for want of a key (a job ordered without one).
+        "job": getattr(instance.order, "job", None),
+        "keyless": instance.status == Instance.Status.RUNNING
+        and bool(instance.public_ip)
+        and not instance.order.ssh_public_key
+        and not (instance.is_mig_slice or instance.is_mig_host),
         "can_act": permissions.can_act_on_host(request.user, instance),
         "can_keep_running": permissions.can_keep_running(request.user, instance),
         "now": now,
@@ -213,7 +220,8 @@ def _host_context(request: HttpRequest, instance: Instance) -> dict:
         or instance.notebooks.filter(status="starting").exists(),
         "extendable": instance.status in Instance.LEASED
         and instance.lease_expires_at
-        and not instance.is_mig_host,
+        and fixed is None,
+        "lease_fixed": fixed.message if fixed and not instance.is_mig_host else None,
         "mig_empty_minutes": settings.PORTAL_MIG_HOST_EMPTY_MINUTES,
         "gpu": gpu,
         # GiB, as the memory is sold; to the nearest one (a reading's precision is a MiB).

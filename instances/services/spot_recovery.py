@@ -101,13 +101,20 @@ def _cluster_line(instance: Instance) -> str:
     )
 
 
+def checkpoint_carries_over(instance: Instance) -> bool:
+    """Whether the host that follows this one when the cloud takes it back reads the same
+    checkpoint location: a replacement its policy launches, or its pool's next host (a pool
+    replaces a lost host whatever its policy; its hosts share the pool's order)."""
+    return instance.pool_id is not None or _policy(instance) in RELAUNCH
+
+
 def _checkpoint_line(instance: Instance) -> str:
     uri = instance.order.checkpoint_uri
     if not uri:
         return "This order has no checkpoint location; save your work elsewhere now."
     return f"Checkpoints go to {uri} (PORTAL_CHECKPOINT_URI on the host); " + (
         "the replacement gets the same location, so work saved there resumes."
-        if _policy(instance) in RELAUNCH
+        if checkpoint_carries_over(instance)
         else "a host you order again can read them from there."
     )
 

@@ -38,6 +38,7 @@ from instances.selectors.orders import held_orders
 from instances.selectors.telemetry import gpu_first_reading_at, latest_gpu_readings
 from instances.services.idle import idle_exemption, idle_since
 from instances.services.leases import in_words, lease_fixed
+from instances.services.spot_recovery import checkpoint_carries_over
 from portal import permissions
 from portal.lib.isolation import in_words as isolation_in_words
 from portal.lib.pages import forbidden, service_errors
@@ -241,6 +242,7 @@ def _host_context(request: HttpRequest, instance: Instance) -> dict:
         ),
         "replaced_by": instance.replaced_by,
         "takeback": services.spot_takeback(instance),
+        "checkpoint_carries_over": checkpoint_carries_over(instance),
         "checkpoint_dir": backup_dir(instance.order.checkpoint_uri),
         "isolation": isolation_in_words(instance.isolation),
         **_notebook_context(instance),

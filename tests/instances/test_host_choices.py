@@ -122,3 +122,24 @@ def test_a_slice_given_back_says_so_and_a_warned_shared_host_promises_no_replace
     takeback = spot_takeback(shared)
     assert "the shared host itself is not replaced" in takeback.next
     assert "Replacement" not in takeback.next and "starts at once" not in takeback.next
+
+
+def test_a_spot_pool_hosts_checkpoint_line_says_its_pools_next_host_resumes(
+    make_pool, alice, client
+):
+    """A pool replaces a host the cloud takes back whatever its policy (notify: once it is
+    gone), and its hosts share the pool's order and so its checkpoint location."""
+    from instances.services.spot_recovery import _checkpoint_line
+
+    make_pool(desired=1, spot_percent=100, interruption_policy="notify")
+    services.autoscale()
+    host = services.instance_provision(instance_id=Instance.objects.get().pk)
+    assert host.market == "spot"
+    assert host.order.interruption_policy == "notify"  # the pool's launch order: as the pool
+    assert _checkpoint_line(host).endswith(
+        "the replacement gets the same location, so work saved there resumes."
+    )
+    client.force_login(alice)
+    page = client.get(f"/hosts/{host.pk}/").content.decode()
+    assert "a replacement after an interruption gets the same location" in page
+    assert "a host you order again can read it" not in page

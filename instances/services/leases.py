@@ -185,7 +185,7 @@ def leases_warn(*, now: datetime | None = None) -> list[tuple[str, int]]:
         )
         # A shared MIG host has no lease of its own: it ends when no slice uses it.
         .exclude(order__mig_host=True)
-        .select_related("order", "instance_type", "project", "owner", "pool")
+        .select_related("order", "order__job", "instance_type", "project", "owner", "pool")
     )
     sent = set(
         LeaseNotice.objects.filter(instance__in=[h.pk for h in hosts]).values_list(
@@ -219,11 +219,33 @@ def leases_warn(*, now: datetime | None = None) -> list[tuple[str, int]]:
 
 
 def _warn(host: Instance, left: timedelta) -> None:
-    end = host.lease_expires_at
+    """Tell the owner what the lease's end does to this host (a notice and an email, a note on
+    its timeline): a plain host is terminated, a pool's is replaced, a running job's ends with
+    its job at the job's time limit."""
     name = f"{host.instance_type.name} in {host.project.slug}"
     if host.pool is not None:
-        _warn_pool_host(host, left, name)
-        return
+        words = _pool_host_words(host, left, name)
+    elif _job_limit_ahead(host, timezone.now()):
+        words = _job_host_words(host, name)
+    else:
+        words = _host_words(host, left, name)
+    subject, body, note, link = words
+    notice_send(
+        user=host.owner,
+        subject=subject,
+        body=body,
+        link=link,
+        topic=instance_topic(host, "lease"),
+    )
+    instance_note(
+        instance=host,
+        note=f"lease warning sent to {host.owner.username}: {note}",
+        actor="system:lease",
+    )
+
+
+def _host_words(host: Instance, left: timedelta, name: str) -> tuple[str, str, str, str]:
+    end = host.lease_expires_at
     longest, _ = longest_lease(project=host.project, user=host.owner)
     room = longest - host.lease_hours_total
     extend = (
@@ -231,41 +253,43 @@ def _warn(host: Instance, left: timedelta) -> None:
         if room > 0
         else "It cannot be extended further; "
     )
-    notice_send(
-        user=host.owner,
-        subject=f"Lease ends in {in_words(left)}: {name}",
-        body=f"Your {name} host ({host.cloud_id or host.pk}) will be terminated at {_when(end)}, "
+    return (
+        f"Lease ends in {in_words(left)}: {name}",
+        f"Your {name} host ({host.cloud_id or host.pk}) will be terminated at {_when(end)}, "
         f"when its {host.lease_hours_total} h lease ends. {extend}copy off any work you want "
         "to keep before then.",
-        link=f"/hosts/{host.pk}/",
-        topic=instance_topic(host, "lease"),
-    )
-    instance_note(
-        instance=host,
-        note=f"lease warning sent to {host.owner.username}: it ends at {_when(end)}",
-        actor="system:lease",
+        f"it ends at {_when(end)}",
+        f"/hosts/{host.pk}/",
     )
 
 
-def _warn_pool_host(host: Instance, left: timedelta, name: str) -> None:
+def _job_host_words(host: Instance, name: str) -> tuple[str, str, str, str]:
+    """A running job's host ends with its job, at the job's time limit (_job_limit_ahead)."""
+    job = host.order.job
+    limit = job.started_at + timedelta(minutes=job.time_limit_minutes)
+    return (
+        f"Job {job.name} reaches its time limit in {in_words(limit - timezone.now())}",
+        f"Job {job.name} on your {name} host ({host.cloud_id or host.pk}) reaches its "
+        f"{job.time_limit_minutes}-minute time limit at {_when(limit)}: if it still runs then, "
+        "it fails and its host ends. Have it save a checkpoint before then; a job's time limit "
+        "is set when it is submitted.",
+        f"job {job.name} reaches its time limit at {_when(limit)}",
+        f"/jobs/{job.pk}/",
+    )
+
+
+def _pool_host_words(host: Instance, left: timedelta, name: str) -> tuple[str, str, str, str]:
     """A pool host is not extended: its pool replaces it before its lease ends."""
     end, pool = host.lease_expires_at, host.pool
     lead = in_words(timedelta(seconds=settings.PORTAL_POOL_LEASE_HANDOVER_SECONDS))
-    notice_send(
-        user=host.owner,
-        subject=f"Pool {pool.name} replaces a host in {in_words(left)}: {name}",
-        body=f"Your {name} host ({host.cloud_id or host.pk}) of pool {pool.name} reaches the "
+    return (
+        f"Pool {pool.name} replaces a host in {in_words(left)}: {name}",
+        f"Your {name} host ({host.cloud_id or host.pk}) of pool {pool.name} reaches the "
         f"end of its {host.lease_hours_total} h lease at {_when(end)}. The pool launches its "
         f"replacement up to {lead} before and ends this host once the replacement runs; copy "
         "off any work you want to keep before then.",
-        link=f"/hosts/{host.pk}/",
-        topic=instance_topic(host, "lease"),
-    )
-    instance_note(
-        instance=host,
-        note=f"lease warning sent to {host.owner.username}: pool {pool.name} replaces it "
-        f"before {_when(end)}",
-        actor="system:lease",
+        f"pool {pool.name} replaces it before {_when(end)}",
+        f"/hosts/{host.pk}/",
     )
 
 
@@ -278,10 +302,12 @@ def leases_expire(*, now: datetime | None = None) -> list[str]:
             status__in=[Instance.Status.RUNNING, Instance.Status.STOPPED, Instance.Status.STARTING],
         )
         .exclude(order__mig_host=True)
-        .select_related("order")
+        .select_related("order", "order__job")
     )
     expired = []
     for instance in ended:
+        if _job_limit_ahead(instance, now):
+            continue
         try:
             row, moved = instance_transition(
                 instance=instance,
@@ -295,6 +321,20 @@ def leases_expire(*, now: datetime | None = None) -> list[str]:
             enqueue(ACTIONS["terminate"].task, str(row.pk))
             expired.append(str(row.pk))
     return expired
+
+
+def _job_limit_ahead(instance: Instance, now: datetime) -> bool:
+    """A live job's host whose job's time limit is still ahead: the lease is the limit in whole
+    hours from the host's first run, the limit counts from the job's first run (handed a little
+    later), so the lease may end first; the limit ends the job and its hosts instead (jobs_pass),
+    and the lease does not cost the job a recovery on a new host moments before."""
+    job = getattr(instance.order, "job", None)
+    return (
+        job is not None
+        and not job.is_ended
+        and job.started_at is not None
+        and now < job.started_at + timedelta(minutes=job.time_limit_minutes)
+    )
 
 
 def instance_system_stop(*, instance: Instance, reason: str, actor: str) -> Instance:

@@ -354,6 +354,37 @@ def test_the_time_limit_fails_a_running_job(submit, clock):
     assert job.status == J.FAILED and "time limit of 30 minutes" in job.status_reason
 
 
+def test_the_lease_leaves_a_running_jobs_host_to_the_time_limit(submit, clock, alice):
+    """The lease (the limit in whole hours from the host's first run) ended the host of a job
+    handed its run two minutes after boot, a minute before the limit: the job recovered on a new
+    host, only for the limit to fail it. The limit ends it, and its host with it; the lease's
+    warning speaks of the job's limit."""
+    job = submit(time_limit_minutes=60)
+    host = boot(job)
+    assert host.lease_expires_at == clock.now + timedelta(hours=1)
+    clock.shift(timedelta(minutes=2))
+    agent = Agent(host)
+    assignment = agent.ask().json()
+    agent.post("started", job=assignment["job"], run=1, pid=7)
+    clock.shift(timedelta(minutes=44))
+    assert services.leases_warn() == [(str(host.pk), 15)]
+    notice = Notice.objects.get(user=alice, subject__startswith="Job resnet")
+    assert notice.subject == "Job resnet reaches its time limit in 16 minutes"
+    assert "reaches its 60-minute time limit at" in notice.body and notice.link.endswith(
+        f"/jobs/{job.pk}/"
+    )
+    clock.shift(timedelta(minutes=15))  # the lease ended a minute ago
+    assert services.leases_expire() == []
+    assert not jobs_pass()["host_lost"]
+    clock.shift(timedelta(minutes=2))
+    assert jobs_pass()["time_limit"] == 1
+    job.refresh_from_db()
+    assert job.status == J.FAILED and job.recoveries == 0
+    assert "time limit of 60 minutes" in job.status_reason
+    assert Instance.objects.get(pk=host.pk).status == H.TERMINATING
+    assert job.order.instances.count() == 1
+
+
 def test_the_agent_may_only_speak_for_its_own_host_and_run(submit):
     job = submit()
     host = boot(job)

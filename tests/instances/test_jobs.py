@@ -221,6 +221,27 @@ def test_a_failed_job_keeps_its_host_when_asked_then_lets_it_go(submit, clock):
     assert host.status == H.TERMINATING
 
 
+def test_a_host_kept_after_its_job_failed_outlives_its_lease_until_the_time_shown(
+    submit, clock, alice
+):
+    """The lease (the time limit in whole hours from the host's first run) ended a failed
+    job's kept host long before "kept until": the host stays until then, unwarned."""
+    job = submit(time_limit_minutes=60, keep_host_minutes=120)
+    host = boot(job)
+    agent = Agent(host)
+    agent.run(agent.ask().json(), exit_code=1)
+    job.refresh_from_db()
+    assert job.status == J.FAILED and job.keep_host_until == clock.now + timedelta(hours=2)
+    clock.shift(timedelta(minutes=50))
+    assert services.leases_warn() == []
+    clock.shift(timedelta(minutes=20))  # the lease ended 10 minutes ago
+    assert services.leases_expire() == []
+    assert Instance.objects.get(pk=host.pk).status == H.RUNNING
+    clock.shift(timedelta(minutes=51))
+    assert jobs_pass()["released"] == 1
+    assert Instance.objects.get(pk=host.pk).status == H.TERMINATING
+
+
 def test_a_lost_host_is_a_recovery_the_job_pass_starts(submit):
     job = submit(market="on_demand")
     host = boot(job)

@@ -215,9 +215,14 @@ class Instance(models.Model):
             return None
         if self.is_mig_slice:
             return self.slice_login or None
-        if self.is_mig_host or not self.order.ssh_public_key:
-            return None  # (a job may be ordered without a key: no key, no login)
+        if self.is_mig_host or self.keyless:
+            return None
         return f"ssh {self.image.ssh_user}@{self.public_ip}"
+
+    @property
+    def keyless(self) -> bool:
+        """A whole host ordered without an SSH key (a job may be): it has no SSH login."""
+        return not self.order.ssh_public_key and not self.order.is_mig_slice
 
     @property
     def is_mig_slice(self) -> bool:

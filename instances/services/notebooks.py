@@ -70,8 +70,8 @@ def notebook_refusal(instance: Instance) -> tuple[str, str] | None:
             "slice_sessions_not_offered",
             "This cloud's shared hosts do not offer slice sessions yet.",
         )
-    # The ssh -L recipe the page gives a host that has an SSH login (ssh_command's rule).
-    recipe = "use the ssh -L recipe on the host's page" if instance.order.ssh_public_key else ""
+    # The ssh -L recipe the page gives a host that has an SSH login.
+    recipe = "" if instance.keyless else "use the ssh -L recipe on the host's page"
     if not provider_class().offers_notebooks():
         return (
             "notebooks_not_offered",

@@ -207,12 +207,12 @@ def _host_context(request: HttpRequest, instance: Instance) -> dict:
         "rate": rate_now(instance) if instance.status == Instance.Status.RUNNING else None,
         "ssh": instance.ssh_command,
         "slice_session": instance.is_mig_slice and instance.status == Instance.Status.RUNNING,
-        # Running, reachable, and no login only for want of a key (a job ordered without one).
         "job": getattr(instance.order, "job", None),
-        "keyless": instance.status == Instance.Status.RUNNING
-        and bool(instance.public_ip)
-        and not instance.order.ssh_public_key
-        and not (instance.is_mig_slice or instance.is_mig_host),
+        # Running and reachable, with no login only for want of a key.
+        "keyless": instance.keyless
+        and not instance.is_mig_host
+        and instance.status == Instance.Status.RUNNING
+        and bool(instance.public_ip),
         "can_act": permissions.can_act_on_host(request.user, instance),
         "can_keep_running": permissions.can_keep_running(request.user, instance),
         "now": now,

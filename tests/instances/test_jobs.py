@@ -204,6 +204,10 @@ def test_a_run_that_fails_fails_the_job_unless_it_may_restart(submit):
     assert job.status == J.FAILED and job.exit_code == 3
     assert "failed with exit code 3" in job.status_reason
     assert job.runs.count() == 3 and job.recoveries == 0
+    # The restarts on its own host are on its timeline; the owner hears once, of the failure
+    # (each restart sent an email saying it "restarts on another host").
+    told = Notice.objects.filter(user=job.owner).values_list("subject", flat=True)
+    assert list(told) == [f"Job {job.name} failed"]
 
 
 def test_a_failed_job_keeps_its_host_when_asked_then_lets_it_go(submit, clock):

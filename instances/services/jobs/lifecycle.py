@@ -24,12 +24,20 @@ TOLD = frozenset({Job.Status.SUCCEEDED, Job.Status.FAILED, Job.Status.RECOVERING
 
 
 def job_transition(
-    *, job: Job | str, to: str, reason: str, actor: str, host: Instance | None = None, **fields
+    *,
+    job: Job | str,
+    to: str,
+    reason: str,
+    actor: str,
+    host: Instance | None = None,
+    tell: bool = True,
+    **fields,
 ) -> tuple[Job, bool]:
     """Move a job (locked) to ``to``, refusing illegal moves, treating a repeat as a no-op,
     recording the move with its reason; ``fields`` are written with it. ``host``: the host the
     move is about (a run handed to it makes it the job's host). A job that ends ends its hosts;
-    the owner hears of successes, failures and recoveries."""
+    the owner hears of successes, failures and (``tell``) recoveries: a restart on the same
+    host is on the job's timeline only."""
     pk = job.pk if isinstance(job, Job) else job
     if to == Job.Status.STARTING and host is not None:
         fields["host"] = host
@@ -67,7 +75,7 @@ def job_transition(
             _end_hosts(row, reason=f"job {row.name} {to}")
         if to in (Job.Status.RUNNING, *Job.ENDED):
             notices_close(topic=f"job:{row.pk}:recovering", reason=f"The job is {to}.")
-        if to in TOLD:
+        if to in TOLD and tell:
             _tell(row, to, reason)
         job_moved(row, to)
     return row, True

@@ -49,6 +49,7 @@ def job_recover(
             reason=reason,
             actor=ACTOR,
             host=host,
+            tell=False,  # its own retry, as the owner asked: the job's timeline says so
             restarts=job.restarts + (1 if counts else 0),
         )
         return job

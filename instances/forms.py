@@ -32,6 +32,7 @@ from instances.models import (
 )
 from instances.providers import provider_class
 from instances.selectors.mig import mig_slices
+from instances.services.jobs.submit import STOP_SIGNALS
 from portal import permissions
 
 
@@ -406,6 +407,24 @@ class TypesField(forms.MultipleChoiceField):
 # --- jobs -------------------------------------------------------------------------------------
 
 
+def _slice_choices() -> list[tuple[str, str]]:
+    """One choice a MIG profile the offered types split into, naming the types it fits (none
+    where the cloud gives no slice sessions)."""
+    if not provider_class().offers_slice_sessions():
+        return []
+    by_name: dict[str, list] = {}
+    for piece in mig_slices(InstanceType.objects.offered().order_by("name")):
+        by_name.setdefault(piece.profile.name, []).append(piece)
+    return [
+        (
+            name,
+            f"{name} · {pieces[0].compute_share} of a GPU, {pieces[0].profile.memory_gb} GB · "
+            + ", ".join(piece.instance_type.name for piece in pieces),
+        )
+        for name, pieces in by_name.items()
+    ]
+
+
 def env_lines(text: str | None) -> dict[str, str] | None:
     """``KEY=value`` lines as a mapping (blank lines and ``#`` comments skipped); None when a
     line has no ``=`` (the form says which)."""
@@ -467,10 +486,33 @@ class JobForm(forms.Form):
     )
     workdir_git = forms.CharField(required=False, max_length=2000)
     workdir_ref = forms.CharField(required=False, max_length=200)
+    stop_signal = forms.ChoiceField(
+        required=False,
+        choices=[(name, name) for name in STOP_SIGNALS],
+        initial="SIGTERM",
+        error_messages={"invalid_choice": "Choose one of the signals listed."},
+    )
+    grace_seconds = forms.IntegerField(
+        required=False,
+        initial=30,
+        error_messages={"invalid": "Give the grace in whole seconds, e.g. 30."},
+    )
+    ssh_public_key = forms.CharField(
+        required=False, widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false"})
+    )
+    mig_profile = forms.ChoiceField(
+        required=False,
+        error_messages={"invalid_choice": "Choose whole GPUs or one of the slices listed."},
+    )
+    # The job this form was copied from ("Edit and run"): its uploaded working folder is used
+    # again while ``reuse_workdir`` is ticked and no other folder is given.
+    source = forms.UUIDField(required=False, widget=forms.HiddenInput)
+    reuse_workdir = forms.BooleanField(required=False, initial=True)
     submission = forms.UUIDField(widget=forms.HiddenInput, initial=uuid.uuid4)
 
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
+        self.fields["mig_profile"].choices = [("", "Whole GPUs"), *_slice_choices()]
         projects = permissions.orderable_projects(user)
         self.fields["project"].choices = [(p.slug, f"{p.name} ({p.slug})") for p in projects]
         self.fields["instance_type"].choices = [

@@ -26,7 +26,7 @@ from django.views.decorators.http import require_POST
 
 from instances.forms import JobForm
 from instances.lib import tensorboard
-from instances.models import Image, InstanceType, Job, JobLogChunk
+from instances.models import Image, InstanceType, Job, JobLogChunk, JobWorkdir
 from instances.selectors.costs import costs_so_far
 from instances.selectors.jobs import job_log_read, job_scalar_series
 from instances.services.jobs import job_cancel, job_rerun, job_submit
@@ -77,10 +77,15 @@ def job_new(request: HttpRequest) -> HttpResponse:
     if not permissions.can_order(request.user):
         return forbidden(request, "Finance can read jobs and their costs but cannot run jobs.")
     initial = {}
+    source = None
     if (copy := request.GET.get("from")) and (
-        source := Job.objects.for_user(request.user).filter(pk=_uuid(copy)).first()
+        source := Job.objects.for_user(request.user)
+        .select_related("order__instance_type", "order__image", "order__mig_profile", "project")
+        .filter(pk=_uuid(copy))
+        .first()
     ):
         initial = {
+            "source": source.pk,
             "project": source.project.slug,
             "name": source.name,
             "instance_type": source.order.instance_type.name,
@@ -96,10 +101,16 @@ def job_new(request: HttpRequest) -> HttpResponse:
             "nodes": source.nodes,
             "workdir_git": source.workdir_git,
             "workdir_ref": source.workdir_ref,
+            "stop_signal": source.stop_signal,
+            "grace_seconds": source.grace_seconds,
+            "ssh_public_key": source.order.ssh_public_key,
+            "mig_profile": source.order.mig_profile.name if source.order.is_mig_slice else "",
         }
     form = JobForm(request.POST or None, request.FILES or None, user=request.user, initial=initial)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
+        if data["source"]:
+            source = Job.objects.for_user(request.user).filter(pk=data["source"]).first()
         with form_errors(form):
             job = job_submit(
                 requester=request.user,
@@ -116,13 +127,17 @@ def job_new(request: HttpRequest) -> HttpResponse:
                 retry_exit_codes=data["retry_exit_codes"],
                 keep_host_minutes=data["keep_host_minutes"],
                 nodes=1 if data["nodes"] is None else data["nodes"],
-                # Read up to one byte past the cap: the service says it is over (it never
-                # holds more than that in memory).
-                workdir=upload.read(settings.PORTAL_JOB_WORKDIR_MAX_BYTES + 1)
-                if (upload := data["workdir_tarball"])
-                else None,
+                workdir=_workdir(data, source),
                 workdir_git=data["workdir_git"].strip(),
                 workdir_ref=data["workdir_ref"].strip(),
+                # Left empty: the job's defaults.
+                **{
+                    name: data[name]
+                    for name in ("stop_signal", "grace_seconds")
+                    if data[name] not in (None, "")
+                },
+                ssh_public_key=data["ssh_public_key"].strip(),
+                mig_profile=data["mig_profile"],
                 idempotency_key=f"job-page-{data['submission']}",
             )
             messages.success(request, f"Job {job.name} submitted: {job.status_reason}.")
@@ -130,10 +145,28 @@ def job_new(request: HttpRequest) -> HttpResponse:
     status = 400 if request.method == "POST" else 200
     context = {
         "form": mark_invalid(form),
+        "source": source,
+        "source_workdir": JobWorkdir.objects.filter(job=source).only("size").first()
+        if source
+        else None,
         "workdir_max": settings.PORTAL_JOB_WORKDIR_MAX_BYTES,
         "cluster_max": settings.PORTAL_CLUSTER_MAX_NODES,
     }
     return render(request, "instances/job_new.html", context, status=status)
+
+
+def _workdir(data: dict, source: Job | None) -> bytes | None:
+    """The working folder a job from the page gets: the archive uploaded with it, else (no git
+    repository given, and "use it again" ticked) the one uploaded with the job it was copied
+    from."""
+    if upload := data["workdir_tarball"]:
+        # Read up to one byte past the cap: the service says it is over (it never holds more
+        # than that in memory).
+        return upload.read(settings.PORTAL_JOB_WORKDIR_MAX_BYTES + 1)
+    if source is None or not data["reuse_workdir"] or data["workdir_git"].strip():
+        return None
+    kept = JobWorkdir.objects.filter(job=source).first()
+    return bytes(kept.data) if kept else None
 
 
 def _uuid(text: str):
@@ -161,6 +194,8 @@ def _job_context(request: HttpRequest, job: Job) -> dict:
         "live": job.status in LIVE,
         "has_scalars": job.scalars.exists(),
         "tensorboard": _tensorboard_logdir(job),
+        # The agent uploads each run's log beside the checkpoints on S3 (portal_agent.py LOGS).
+        "log_uploaded_to": uri if (uri := job.order.checkpoint_uri).startswith("s3://") else "",
     }
 
 

@@ -5,11 +5,13 @@ polled from an offset), and cancel and re-run from there."""
 from __future__ import annotations
 
 import base64
+import uuid
 
 import pytest
 from django.test import Client
 
-from instances.models import Job
+from instances.models import Job, JobWorkdir
+from instances.services.jobs import job_submit
 from tests.instances.test_cluster_jobs import launch
 from tests.instances.test_jobs import Agent, boot
 
@@ -166,3 +168,117 @@ def test_a_working_folder_uploaded_from_the_page_goes_with_the_job_or_says_why_n
     page = answer.content.decode()
     assert 'id="id_workdir_tarball-error"' in page and "over the 100 bytes a job may upload" in page
     assert Job.objects.count() == 1
+
+
+def as_sent(page: str) -> dict[str, str]:
+    """What a browser sends for the job form as the page renders it (ticked boxes and radios,
+    selected options, textareas), with nothing typed."""
+    from bs4 import BeautifulSoup
+
+    form = BeautifulSoup(page, "html.parser").select_one("form#job-form")
+    sent: dict[str, str] = {}
+    for field in form.select("input[name], textarea[name], select[name]"):
+        kind = field.get("type", "")
+        if field.name == "textarea":
+            sent[field["name"]] = field.text.removeprefix("\n")
+        elif field.name == "select":
+            chosen = field.select_one("option[selected]") or field.select_one("option")
+            sent[field["name"]] = chosen["value"]
+        elif kind in ("checkbox", "radio"):
+            if field.has_attr("checked"):
+                sent[field["name"]] = field.get("value", "on")
+        elif kind != "file":
+            sent[field["name"]] = field.get("value", "")
+    return sent
+
+
+def ended_slice_job(alice, catalog, projects, name: str = "slice-run") -> tuple[Job, bytes]:
+    """A cancelled job of Alice's on a MIG slice, with her key, SIGINT and 90 s of grace, and
+    an uploaded archive (returned beside it)."""
+    from instances.services.jobs import job_cancel
+    from tests.conftest import ED25519
+    from tests.instances.test_jobs import tar
+
+    archive = tar({"train.py": b"print(1)\n"})
+    source = job_submit(
+        requester=alice,
+        project=projects["vision-lab"],
+        instance_type=catalog["p4d.24xlarge"],
+        image=catalog["p4d.24xlarge"].compatible_images()[0],
+        market="on_demand",
+        name=name,
+        command="python train.py --lr 0.1",
+        mig_profile="1g.5gb",
+        ssh_public_key=ED25519,
+        stop_signal="SIGINT",
+        grace_seconds=90,
+        workdir=archive,
+    )
+    return job_cancel(job=source, user=alice), archive
+
+
+def test_edit_and_run_keeps_the_slice_key_signal_and_uploaded_folder(
+    alice, catalog, projects, settings
+):
+    """Edit and run sent as the page renders it makes the job Re-run would, where it dropped
+    the MIG slice, the SSH key, the stop signal and grace, and the uploaded folder."""
+    from tests.conftest import ED25519
+
+    settings.PORTAL_SIMULATED_AGENTS = True  # slice sessions: the simulated agents run them
+    source, archive = ended_slice_job(alice, catalog, projects)
+    client = signed_in(alice)
+    page = client.get(f"/jobs/new/?from={source.pk}").content.decode()
+    assert "Use the archive uploaded with slice-run again" in page
+    sent = as_sent(page)
+    assert sent["mig_profile"] == "1g.5gb" and sent["ssh_public_key"].strip() == ED25519
+    assert (sent["stop_signal"], sent["grace_seconds"]) == ("SIGINT", "90")
+    assert client.post("/jobs/new/", sent).status_code == 302
+    copy = Job.objects.exclude(pk=source.pk).get()
+    assert copy.order.is_mig_slice and copy.order.mig_profile.name == "1g.5gb"
+    assert copy.order.ssh_public_key == ED25519
+    assert (copy.stop_signal, copy.grace_seconds) == ("SIGINT", 90)
+    assert bytes(copy.workdir.data) == archive
+    # Unticked, or a repository given instead: no archive goes with the new job.
+    for change in ({"reuse_workdir": None}, {"workdir_git": "https://git.example.org/lab/p.git"}):
+        again = {**sent, "submission": str(uuid.uuid4()), **change}
+        client.post("/jobs/new/", {k: v for k, v in again.items() if v is not None})
+        newest = Job.objects.order_by("-created_at").first()
+        assert not JobWorkdir.objects.filter(job=newest).exists()
+
+
+def test_the_new_job_page_offers_signal_grace_key_and_slices(alice, catalog, settings):
+    client = signed_in(alice)
+    page = client.get("/jobs/new/").content.decode()
+    assert 'name="stop_signal"' in page and 'name="grace_seconds"' in page
+    assert 'name="ssh_public_key"' in page
+    assert 'name="mig_profile"' not in page  # this cloud gives no slice sessions
+    settings.PORTAL_SIMULATED_AGENTS = True
+    page = client.get("/jobs/new/").content.decode()
+    assert "1g.5gb · 1/7 of a GPU, 5 GB · p4d.24xlarge" in page
+    for change, field in (
+        ({"stop_signal": "SIGKILL"}, "stop_signal"),
+        ({"grace_seconds": "601"}, "grace_seconds"),
+        ({"mig_profile": "1g.5gb", "market": "on_demand"}, "mig_profile"),  # not on a g5
+        ({"ssh_public_key": "not a key"}, "ssh_public_key"),
+    ):
+        answer = client.post("/jobs/new/", {**FORM, **change})
+        assert answer.status_code == 400
+        assert f'id="id_{field}-error"' in answer.content.decode()
+    assert not Job.objects.exists()
+
+
+def test_a_capped_log_says_where_the_rest_is_kept(alice, catalog):
+    """The note pointed at run-N.log on the host, gone once the job ended: on S3 the agent
+    uploads each run's log beside the checkpoints, and the note names that location."""
+    from instances.models import Order
+
+    client = signed_in(alice)
+    client.post("/jobs/new/", FORM)
+    job = Job.objects.get()
+    Job.objects.filter(pk=job.pk).update(log_capped=True, log_bytes=200)
+    note = client.get(f"/jobs/{job.pk}/").content.decode().split('data-testid="log-capped">')[1]
+    assert "on its host while that host lives" in note.split("</p>")[0]
+    uri = "s3://lab-checkpoints/vision-lab/0b0e/"
+    Order.objects.filter(pk=job.order_id).update(checkpoint_uri=uri)
+    note = client.get(f"/jobs/{job.pk}/").content.decode().split('data-testid="log-capped">')[1]
+    assert f"in the job's checkpoint location, <code>{uri}</code>" in note.split("</p>")[0]

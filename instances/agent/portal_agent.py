@@ -48,12 +48,7 @@ def gpu_readings(out):
             print("nvidia-smi gave an unreadable GPU line:", line.strip(), file=sys.stderr)
             continue
         gpus.append(
-            {
-                "index": index,
-                "utilization": utilization,
-                "memory_used_mib": used,
-                "memory_total_mib": total,
-            }
+            dict(index=index, utilization=utilization, memory_used_mib=used, memory_total_mib=total)
         )
     return gpus
 
@@ -145,6 +140,7 @@ def refused_positions(answer):
 # Managed training jobs: ``portal_agent.py jobs``.
 WORKDIR = "/var/lib/portal-agent/jobs"
 SYNCED = ("--include", "checkpoints/*", "--include", "tensorboard/*")  # kept in its s3:// URI
+LOGS = ("--include", "run-*.log")  # uploaded too: a log past the portal's cap outlives the host
 SYNC_ENV = ("PORTAL_CHECKPOINT_URI", "CHECKPOINT_DIR")
 TERMINATING = []  # SIGTERM (systemd stopping the agent): stop the run gracefully, then exit
 EXIT_KEYS = ("job", "run", "exit_code", "signal", "stopped", "interrupted")
@@ -357,9 +353,10 @@ class Run:
 
     def sync(self, source, target, wait):
         try:
+            only = [*SYNCED, *(LOGS if target == self.uri else ())]
             with open(self.log, "ab") as log:
                 proc = subprocess.Popen(
-                    ["aws", "s3", "sync", source, target, "--exclude", "*", *SYNCED],
+                    ["aws", "s3", "sync", source, target, "--exclude", "*", *only],
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL,
                     stderr=log,

@@ -377,10 +377,12 @@ def test_checkpoints_are_restored_from_s3_and_synced_back_while_and_after_it_run
     wait_for(lambda: portal.exits)
     folder = workdir / JOB
     restore, *back = calls.read_text().splitlines()
-    # The checkpoints and the TensorBoard logs (which the portal serves from there), nothing else.
+    # The checkpoints and the TensorBoard logs (which the portal serves from there), nothing
+    # else; back up, each run's whole log too (past the portal's cap, the rest is only there).
     only = "--exclude * --include checkpoints/* --include tensorboard/*"
     assert restore == f"s3 sync {uri} {folder} {only}"
-    assert len(back) >= 2 and set(back) == {f"s3 sync {folder} {uri} {only}"}
+    assert len(back) >= 2
+    assert set(back) == {f"s3 sync {folder} {uri} {only} --include run-*.log"}
     log = bytes(portal.log).decode()
     assert log.startswith("restored.ckpt\n") and "trained\n" in log
     failed = f"[portal-agent] checkpoint sync {folder} -> {uri} failed (exit 2)\n"

@@ -160,7 +160,20 @@ def pool_new(request: HttpRequest) -> HttpResponse:
     # The form's initial values: the image it preselected (the newest that fits) included.
     shown = {k: v for k, v in form.initial.items() if v}
     source = request.POST if request.method == "POST" else shown
-    context = {"form": form, "preview": _preview(request.user, source)}
+    context = {
+        "form": form,
+        "preview": _preview(request.user, source),
+        # What target tracking waits for on a new pool (the model's defaults; the API sets them).
+        "tracking": {
+            name: Pool._meta.get_field(name).default
+            for name in (
+                "scale_out_minutes",
+                "scale_in_minutes",
+                "cooldown_minutes",
+                "warmup_minutes",
+            )
+        },
+    }
     return render(
         request, "instances/pool_new.html", context, status=400 if request.method == "POST" else 200
     )

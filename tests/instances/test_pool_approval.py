@@ -109,3 +109,27 @@ def test_an_approved_pool_launches_its_fallback(nlp_policy, make_a100_pool, ada,
     services.pool_capacity_refused(instance=alive(pool)[0])
     services.autoscale()
     assert [h.instance_type.name for h in alive(pool)] == ["p4de.24xlarge"]
+
+
+def test_a_waiting_or_rejected_pools_page_promises_no_launch_it_would_not_make(
+    nlp_policy, make_a100_pool, carol, ada, client
+):
+    """A pool waiting for approval said "the next autoscaler pass launches 1" (the pass skips
+    it) and offered raising max (refused until approved); a rejected one said the same."""
+    from bs4 import BeautifulSoup
+
+    nlp_policy()
+    pool = make_a100_pool()
+    client.force_login(carol)
+
+    def said(testid: str) -> str:
+        page = BeautifulSoup(client.get(f"/pools/{pool.pk}/").content, "html.parser")
+        return page.select_one(f'[data-testid="{testid}"]').get_text(" ", strip=True)
+
+    assert "launches 1 once an admin approves it" in said("pool-no-hosts")
+    assert "next autoscaler pass" not in said("pool-no-hosts")
+    assert "raised once it is approved" in said("max-hint")
+    services.order_reject(order=pool.launch_order, user=ada, reason="too dear")
+    pool.refresh_from_db()
+    assert pool.status == Pool.Status.REJECTED
+    assert said("pool-no-hosts") == "No live hosts: the pool was rejected and launches none."

@@ -63,3 +63,18 @@ def test_the_preview_of_a_pool_that_fits_promises_its_hosts(client, alice, catal
     client.force_login(alice)
     preview = client.get(reverse("pool-preview"), preview_query())
     assert "No approval needed: 2 hosts launch" in preview.content.decode()
+
+
+def test_the_target_hint_states_the_rule_the_autoscaler_follows(client, alice, catalog):
+    """It said "adds a host" (the rule is proportional), "removes the idlest" (spot above the
+    share goes first) and left out the cooldown."""
+    client.force_login(alice)
+    page = BeautifulSoup(
+        client.get(reverse("pool-new"), {"type": "g5.xlarge"}).content, "html.parser"
+    )
+    hint = page.select_one('[data-testid="tracking-hint"]').get_text(" ", strip=True)
+    assert "the last 5 averaged above it" in hint and "first 5 minutes" in hint
+    assert "hosts × average ÷ target, rounded up" in hint
+    assert "the last 15 was below" in hint and "spot hosts above the pool's share" in hint
+    assert "within 5 minutes of the last move" in hint
+    assert "Adds a host" not in hint

@@ -24,7 +24,7 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from instances.forms import JobForm
+from instances.forms.jobs import JobForm
 from instances.lib import tensorboard
 from instances.models import Image, InstanceType, Job, JobLogChunk, JobWorkdir
 from instances.selectors.costs import costs_so_far

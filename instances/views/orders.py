@@ -1,6 +1,6 @@
 """instances/views/orders.py: the order page and the approval inbox.
 
-The order page: its form (instances/forms.py), the estimate beside it with the limits the order
+The order page: its form (instances/forms/), the estimate beside it with the limits the order
 runs into, and the submit. The rules are order_submit's (``order_validate``, the admission
 checks, the approval policy, through ``instances.selectors.headroom.order_preview``); this
 module only says them in the page's words, beside the field they are about. The approval inbox

@@ -1,6 +1,6 @@
 """instances/views/pools.py: pages of pools. The list, the new pool form (with what will
 happen), a pool's page with its chart, schedule, events and hosts, and the forms
-(instances/forms.py) that resize, schedule and delete it.
+(instances/forms/) that resize, schedule and delete it.
 
 Every change goes through the pool services (instances/services/pools/: lifecycle.py,
 schedules.py); a refusal lands beside the field it names, with a 400."""

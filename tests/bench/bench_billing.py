@@ -525,7 +525,7 @@ def _api_vs_sql(report, fin, rollup_sql: str) -> None:
     report(
         "(b) GET /api/v1/costs/ month by project, as finance",
         f"{whole:.1f} ms",
-        f"median of {len(on_api)}; test Client, session login, audit on",
+        f"median of {len(on_api)}; test Client, session login ({_sessions()}), audit on",
     )
     report(
         "(b) the bare SQL on the rollups (the report's own query)",
@@ -555,6 +555,15 @@ def _api_vs_sql(report, fin, rollup_sql: str) -> None:
         f"{whole - own:.1f} ms",
         "API less cost_report(): session, user, audit row, DRF, the JSON body",
     )
+
+
+def _sessions() -> str:
+    """Where the API's sessions are read: the shared cache when PORTAL_CACHE_URL is set (as
+    compose deploys it), else the database; the first costs about a millisecond less."""
+    from django.conf import settings
+
+    cached = settings.SESSION_ENGINE.endswith("cached_db")
+    return "read from the shared cache" if cached else "read from the database"
 
 
 def _refresh_vs_rebuild(report, rebuild: float) -> None:

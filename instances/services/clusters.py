@@ -12,7 +12,7 @@ import logging
 from django.db.models import Q
 
 from instances.lib.ids import is_uuid
-from instances.models import TASK_OF_STATUS, Instance, Order, Placement
+from instances.models import TASK_OF_STATUS, Instance, Job, Order, Placement
 from instances.providers.base import CloudHost, Provider
 from instances.services.queue import enqueue
 from instances.services.transitions import (
@@ -167,12 +167,25 @@ def cluster_node_back(*, node: Instance) -> None:
     link, topic = f"/hosts/{node.pk}/", f"{WHOLE_AGAIN}:{node.pk}"
     if ranks != set(range(size)) or Notice.objects.filter(topic=topic).exists():
         return  # not whole yet, or already said (two workers saw the node run)
+    job = Job.objects.filter(order_id=node.order_id).only("pk", "name").first()
+    if job is not None:
+        # The portal hands the job's next run to every node itself: a worker started by hand
+        # would train beside it.
+        link = f"/jobs/{job.pk}/"
+        then = (
+            f"Job {job.name}'s next run starts on every node with the new TF_CONFIG and resumes "
+            "from its checkpoint; there is nothing to restart."
+        )
+    else:
+        then = (
+            "TF_CONFIG names it now: restart your workers on every node (the export lines are "
+            "on each node's page) and they resume from the checkpoint."
+        )
     notice_send(
         user=node.owner,
         subject=f"Cluster whole again: {size}× {node.instance_type.name} in {node.project.slug}",
         body=f"{node.name} runs as rank {node.rank} in place of the node the cloud took back. "
-        "TF_CONFIG names it now: restart your workers on every node (the export lines are on "
-        "each node's page) and they resume from the checkpoint.",
+        + then,
         link=link,
         topic=topic,
     )

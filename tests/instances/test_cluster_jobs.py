@@ -164,6 +164,10 @@ def test_an_interrupted_node_alone_is_replaced_and_the_next_run_starts_on_every_
     # Nothing is handed out while the cluster is short of rank 1.
     assert agents[0].ask().status_code == 204
     services.instance_provision(instance_id=replacement.pk)
+    # The owner is not told to restart workers by hand (that would train beside the portal's run).
+    whole = Notice.objects.get(user=alice, subject__startswith="Cluster whole again")
+    assert "Job resnet's next run starts on every node" in whole.body
+    assert "restart your workers" not in whole.body and whole.link == f"/jobs/{job.pk}/"
     agents[1] = Agent(Instance.objects.get(pk=replacement.pk))
     second = [agent.ask().json() for agent in agents]
     assert [(run["run"], run["rank"]) for run in second] == [(2, 0), (2, 1)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from instances.models import Job, JobLogChunk, JobScalar
+from instances.models import Job, JobLogChunk, JobScalar, JobWorkdir
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,3 +89,12 @@ def job_scalar_series(job: Job) -> dict[str, list[list[float]]]:
             every = len(points) / CHART_POINTS
             series[tag] = [points[int(i * every)] for i in range(CHART_POINTS - 1)] + [points[-1]]
     return series
+
+
+def job_archive(job: Job | None) -> bytes | None:
+    """The tar archive uploaded with ``job`` as its working folder (None without one): what
+    its hosts' agents unpack, and what a re-run or an edited copy takes again."""
+    if job is None:
+        return None
+    upload = JobWorkdir.objects.filter(job=job).first()
+    return bytes(upload.data) if upload else None

@@ -28,7 +28,7 @@ from instances.forms.jobs import JobForm
 from instances.lib import tensorboard
 from instances.models import Image, InstanceType, Job, JobLogChunk, JobWorkdir
 from instances.selectors.costs import costs_so_far
-from instances.selectors.jobs import job_log_read, job_scalar_series
+from instances.selectors.jobs import job_archive, job_log_read, job_scalar_series
 from instances.services.jobs import job_cancel, job_rerun, job_submit
 from portal import permissions
 from portal.lib.pages import forbidden, form_errors, mark_invalid, service_errors
@@ -163,10 +163,9 @@ def _workdir(data: dict, source: Job | None) -> bytes | None:
         # Read up to one byte past the cap: the service says it is over (it never holds more
         # than that in memory).
         return upload.read(settings.PORTAL_JOB_WORKDIR_MAX_BYTES + 1)
-    if source is None or not data["reuse_workdir"] or data["workdir_git"].strip():
+    if not data["reuse_workdir"] or data["workdir_git"].strip():
         return None
-    kept = JobWorkdir.objects.filter(job=source).first()
-    return bytes(kept.data) if kept else None
+    return job_archive(source)
 
 
 def _uuid(text: str):

@@ -27,8 +27,9 @@ from django.utils import timezone
 
 from instances.lib.checkpoints import backup_dir
 from instances.lib.tensorboard import LOG_FOLDER
-from instances.models import Instance, Job, JobLogChunk, JobRun, JobScalar, JobWorkdir
+from instances.models import Instance, Job, JobLogChunk, JobRun, JobScalar
 from instances.selectors.clusters import cluster_members, run_cluster_environment
+from instances.selectors.jobs import job_archive
 from instances.services.jobs.lifecycle import ACTOR, job_note, job_transition
 from instances.services.jobs.recovery import RUNS, job_recover
 from portal.lib.errors import Conflict
@@ -64,8 +65,8 @@ def workdir_spec(job: Job) -> dict | None:
     the uploaded archive (base64), or the git repository and ref; None without one."""
     if job.workdir_git:
         return {"git": job.workdir_git, "ref": job.workdir_ref}
-    upload = JobWorkdir.objects.filter(job=job).first()
-    return {"tarball": base64.b64encode(bytes(upload.data)).decode()} if upload else None
+    archive = job_archive(job)
+    return {"tarball": base64.b64encode(archive).decode()} if archive is not None else None
 
 
 def run_environment(job: Job, run: JobRun) -> dict[str, str]:

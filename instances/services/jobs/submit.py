@@ -26,6 +26,7 @@ from instances.models import (
     Placement,
 )
 from instances.selectors.clusters import order_size_bounds
+from instances.selectors.jobs import job_archive
 from instances.services.approvals import order_cancel
 from instances.services.jobs.lifecycle import job_transition
 from instances.services.orders import order_submit, order_validate
@@ -392,9 +393,7 @@ def job_rerun(*, job: Job, user: User) -> Job:
         instance_type=order.instance_type,
         image=order.image,
         ssh_public_key=order.ssh_public_key,
-        workdir=bytes(upload.data)
-        if (upload := JobWorkdir.objects.filter(job=job).first())
-        else None,
+        workdir=job_archive(job),
         nodes=job.nodes,
         mig_profile=order.mig_profile.name if order.is_mig_slice else "",
         rerun_of=job,

@@ -71,23 +71,30 @@ def job_log_read(job: Job, *, offset: int = 0, limit: int = 256 * 1024) -> LogPi
     return LogPiece(data=piece, offset=offset, size=size, capped=job.log_capped, ended=job.is_ended)
 
 
-# A chart shows at most this many points of a tag (evenly picked, the last always) and the
-# page at most this many tags.
+# Each of a job's tags is drawn (a job keeps up to runs.SCALAR_TAGS_MAX); a chart shows up to
+# CHART_POINTS of its points (evenly picked, the first and last always), fewer when the job has
+# many tags, so that a page's charts together stay near CHART_POINTS_TOTAL.
 CHART_POINTS = 500
-CHART_TAGS = 16
+CHART_POINTS_MIN = 125
+CHART_POINTS_TOTAL = 8_000
+
+
+def chart_points(tags: int) -> int:
+    """The points a chart of one of ``tags`` tags shows at most."""
+    return max(CHART_POINTS_MIN, min(CHART_POINTS, CHART_POINTS_TOTAL // max(tags, 1)))
 
 
 def job_scalar_series(job: Job) -> dict[str, list[list[float]]]:
-    """The job's TensorBoard scalars, tag by tag: [[step, value], ...] by step, in one query."""
+    """The job's TensorBoard scalars, every tag: [[step, value], ...] by step, in one query."""
     series: dict[str, list[list[float]]] = {}
     rows = JobScalar.objects.filter(job=job).order_by("tag", "step")
     for tag, step, value in rows.values_list("tag", "step", "value"):
-        if tag in series or len(series) < CHART_TAGS:
-            series.setdefault(tag, []).append([step, value])
+        series.setdefault(tag, []).append([step, value])
+    most = chart_points(len(series))
     for tag, points in series.items():
-        if len(points) > CHART_POINTS:
-            every = len(points) / CHART_POINTS
-            series[tag] = [points[int(i * every)] for i in range(CHART_POINTS - 1)] + [points[-1]]
+        if len(points) > most:
+            every = (len(points) - 1) / (most - 1)
+            series[tag] = [points[round(i * every)] for i in range(most)]
     return series
 
 

@@ -128,3 +128,23 @@ def test_a_jobs_scalars_are_bounded(submit):
     assert answer == {"stored": SCALAR_TAGS_MAX, "capped": True}
     assert JobScalar.objects.filter(job=job).values("tag").distinct().count() == SCALAR_TAGS_MAX
     assert math.isfinite(JobScalar.objects.first().value)
+
+
+def test_every_tag_a_job_keeps_is_drawn_with_its_points_thinned(submit, api_as, alice):
+    """The page and the API gave the first 16 tags (alphabetically) though a job keeps 64 and
+    the docs say every scalar is drawn."""
+    from instances.selectors.jobs import CHART_POINTS, chart_points
+
+    job = submit()
+    JobScalar.objects.bulk_create(
+        JobScalar(job=job, tag=f"tag-{n:02}", step=step, value=step / 10, wall_time=1.0)
+        for n in range(SCALAR_TAGS_MAX)
+        for step in range(CHART_POINTS + 1)
+    )
+    series = api_as(alice).get(f"/api/v1/jobs/{job.pk}/scalars/").json()
+    assert sorted(series) == [f"tag-{n:02}" for n in range(SCALAR_TAGS_MAX)]
+    most = chart_points(SCALAR_TAGS_MAX)
+    assert most < CHART_POINTS
+    steps = [step for step, _ in series["tag-63"]]
+    assert len(steps) == most and steps[0] == 0 and steps[-1] == CHART_POINTS
+    assert steps == sorted(set(steps))

@@ -19,7 +19,6 @@ How a row is written decides what it proves, so the transaction handling is deli
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import time
 from typing import Any
@@ -53,12 +52,12 @@ from audit.lib.redaction import (
     request_secrets,
     secret_values,
 )
+from audit.lib.scope import SAFE_METHODS, is_audited, source_address
 from audit.models import Outcome
 from audit.services.events import app_version, audit_event_insert, body_digest
 
 log = logging.getLogger(__name__)
 
-SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 LOGIN_ACTIONS = {"login", "login_failed"}
 
 
@@ -67,50 +66,6 @@ class AuditUnavailable(Exception):
 
 
 MAX_RECORDED_BYTES = 2**31 - 1
-
-
-def is_audited(request: HttpRequest) -> bool:
-    """API calls, admin and audit pages whatever the method; any other page when unsafe."""
-    if request.method not in SAFE_METHODS:
-        return True
-    path = request.path_info
-    return path.startswith(tuple(settings.PORTAL_AUDIT_PATH_PREFIXES)) and (
-        path not in settings.PORTAL_AUDIT_QUIET_PATHS
-    )
-
-
-def source_address(request: HttpRequest) -> str:
-    """The caller's address, believing X-Forwarded-For only as far as our own proxies.
-
-    With N trusted proxies, each appended the address it saw to X-Forwarded-For, so the client
-    is the N-th entry from the right; anything further left came from the client and may be
-    spoofed. With no trusted proxy the header is ignored.
-    """
-    remote = request.META.get("REMOTE_ADDR", "")
-    hops = settings.PORTAL_TRUSTED_PROXIES
-    if hops > 0:
-        forwarded = [
-            part.strip()
-            for part in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")
-            if part.strip()
-        ]
-        if len(forwarded) >= hops:
-            candidate = _ip(forwarded[-hops])
-            if candidate:
-                return candidate
-    return _ip(remote) or ""
-
-
-def _ip(text: str) -> str | None:
-    text = text.strip()
-    if text.startswith("[") and "]" in text:  # [v6]:port
-        text = text[1 : text.index("]")]
-    elif text.count(":") == 1:  # v4:port
-        text = text.split(":")[0]
-    try:
-        return str(ipaddress.ip_address(text))
-    except ValueError:
-        return None
 
 
 def _login_paths() -> set[str]:

@@ -164,7 +164,7 @@ AXES_USERNAME_CALLABLE = "portal.views.account.sign_in_username"
 AXES_HTTP_RESPONSE_CODE = 429
 AXES_VERBOSE = False
 # The same address the audit log records: X-Forwarded-For believed only as far as our proxies.
-AXES_CLIENT_IP_CALLABLE = "audit.middleware.source_address"
+AXES_CLIENT_IP_CALLABLE = "audit.lib.scope.source_address"
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

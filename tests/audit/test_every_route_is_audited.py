@@ -28,7 +28,7 @@ from django.test.client import ClientHandler
 from django.urls import URLResolver, get_resolver, resolve
 from django.urls.exceptions import Resolver404
 
-from audit.middleware import is_audited
+from audit.lib.scope import is_audited
 from audit.models import AuditEvent
 
 # Every route, every caller: the suite runs it; make test-fast leaves it out (docs/testing.md).

@@ -240,6 +240,14 @@ def test_opening_it_is_an_audit_row_and_stopping_the_host_ends_it(notebook_host,
     assert reply.status_code == 302
     assert AuditEvent.objects.filter(path=f"/hosts/{notebook_host.pk}/notebook/").exists()
     assert Notebook.objects.filter(instance=notebook_host).count() == 1, "the same one, reopened"
+    # Opening the lab (Open JupyterLab's link, a GET) is a row; the lab's own API reads are not.
+    base = f"/notebook/{notebook_host.pk}/"
+    assert client.get(f"{base}lab").status_code == 200
+    assert client.get(f"{base}api/status").status_code == 200
+    opened = AuditEvent.objects.filter(path__startswith=base)
+    assert list(opened.values_list("method", "path", "status", "actor_username")) == [
+        ("GET", f"{base}lab", 200, "alice")
+    ]
     services.instance_request_stop(instance=notebook_host, user=alice)
     notebook_host.refresh_from_db()
     assert services.live_notebook(notebook_host) is None

@@ -98,7 +98,10 @@ def budget_headroom(request) -> list[Headroom]:
             + (
                 ""
                 if blocks or cost <= left
-                else f"; this order ({usd(cost)}) goes over: finance is told, it is not refused"
+                # Nothing is sent for the order itself: the budget's threshold alerts are.
+                else f"; this order ({usd(cost)}) goes over and is not refused; the budget's "
+                f"alerts at {', '.join(str(t) for t in sorted(budget.thresholds))} % go to "
+                "finance as the forecast and the spend cross them"
             ),
         )
     ]

@@ -80,3 +80,23 @@ def test_budget_left_on_the_order_page_says_the_percent_spent_the_dashboard_show
     assert f"{spent}% spent" in estimate
     assert "the running hosts will cost" in estimate
     assert f"<strong>{left.group(1)} of $500.00</strong>" in estimate
+
+
+def test_an_order_over_a_notify_budget_says_what_finance_will_hear(alice, fin, projects, catalog):
+    """It said "finance is told", though nothing is sent for the order: only the budget's
+    threshold alerts reach finance, on the metering pass."""
+    budget_set(
+        project=projects["vision-lab"],
+        actor=fin,
+        monthly_amount="5",
+        policy="notify",
+        thresholds=[80, 100],
+    )
+    estimate = text(
+        signed_in(alice).get(
+            "/catalog/g5.xlarge/estimate/", {"project": "vision-lab", "lease_hours": "24"}
+        )
+    )
+    said = "goes over and is not refused; the budget&#x27;s alerts at 80, 100 % go to finance"
+    assert said in estimate
+    assert "finance is told" not in estimate

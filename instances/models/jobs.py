@@ -50,6 +50,8 @@ class Job(models.Model):
         Status.CANCELLED: frozenset(),
     }
     ENDED = frozenset({Status.SUCCEEDED, Status.FAILED, Status.CANCELLED})
+    # A pending job's status_reason once its order is placed (at once, or when approved).
+    WAITING_FOR_HOST = "waiting for its host to launch"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     project = models.ForeignKey("portal.Project", on_delete=models.PROTECT, related_name="jobs")

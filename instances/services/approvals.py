@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from instances.models import (
     ApprovalPolicy,
+    Job,
     Order,
     Pool,
     Quota,
@@ -84,6 +85,10 @@ def order_approve(*, order: Order, user: User, reason: str = "") -> Order:
             pool_order_decided(order=order, approved=True, actor=actor_of(user), reason=reason)
         else:
             order_instances_create(order)
+            # A job held with its order said "waiting for approval: ..." until a run came.
+            Job.objects.filter(order=order, status=Job.Status.PENDING).update(
+                status_reason=f"approved by {user.username}; {Job.WAITING_FOR_HOST}"
+            )
         notice_send(
             user=order.requester,
             subject=f"Approved: {order.count}× {order.instance_type.name} for {order.project.slug}",

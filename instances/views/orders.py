@@ -351,7 +351,7 @@ def _approvals_page(
 ) -> HttpResponse:
     pending = (
         orders_to_decide(request.user)
-        .select_related("requester", "project", "instance_type", "image")
+        .select_related("requester", "project", "instance_type", "image", "pool")
         .order_by("created_at")
     )
     decided = (
@@ -392,7 +392,11 @@ def approval_decide(request: HttpRequest, pk, decision: str) -> HttpResponse:
         services.order_approve(order=order, user=request.user, reason=reason)
         messages.success(
             request,
-            f"Approved {order.count}× {order.instance_type.name} for "
+            f"Approved pool {order.pool.name} of {order.requester.username}: it may grow to "
+            f"{order.count}× {order.instance_type.name}; the autoscaler launches its hosts as "
+            "the quota and budget allow."
+            if order.pool_id
+            else f"Approved {order.count}× {order.instance_type.name} for "
             f"{order.requester.username}; provisioning has started.",
         )
     elif decision == "reject":

@@ -360,6 +360,13 @@ def test_a_job_held_for_approval_says_so_and_fails_when_rejected(submit, project
     job = submit()
     assert job.order.status == Order.Status.PENDING_APPROVAL
     assert job.status_reason.startswith("waiting for approval: g5.xlarge needs approval")
+    approved = submit(name="approved")
+    api_as(ada).post(f"/api/v1/orders/{approved.order.pk}/approve/")
+    shown = api_as(ada).get(f"/api/v1/jobs/{approved.pk}/").json()
+    assert (shown["status"], shown["status_reason"]) == (
+        "pending",
+        "approved by ada; waiting for its host to launch",
+    )
     api_as(ada).post(f"/api/v1/orders/{job.order.pk}/reject/", {"reason": "use A10s"})
     assert jobs_pass()["order_ended"] == 1
     job.refresh_from_db()

@@ -133,3 +133,38 @@ def test_a_waiting_or_rejected_pools_page_promises_no_launch_it_would_not_make(
     pool.refresh_from_db()
     assert pool.status == Pool.Status.REJECTED
     assert said("pool-no-hosts") == "No live hosts: the pool was rejected and launches none."
+
+
+def test_the_inbox_says_what_approving_a_pool_does(nlp_policy, make_a100_pool, projects, ada):
+    """The inbox read a pool's held order as an order: "Approving will fail now" (approving a
+    pool admits nothing at once), "Its hosts are launched at once", and a flash "provisioning
+    has started", though the pool launches only its wanted hosts, on its next pass."""
+    from bs4 import BeautifulSoup
+    from django.test import Client
+
+    nlp_policy()
+    services.quota_set(project=projects["nlp-lab"], actor=ada, max_gpus=16)
+    pool = make_a100_pool(desired=1, max_size=3)  # 24 GPUs at full size, 16 allowed
+    inbox = Client()
+    inbox.force_login(ada)
+    page = BeautifulSoup(inbox.get("/approvals/").content, "html.parser")
+    card = page.select_one(f'[data-order="{pool.launch_order_id}"]')
+    said = card.get_text(" ", strip=True)
+    assert "A new pool: llm" in said
+    assert "up to 3× p4d.24xlarge" in said
+    assert card.select_one("[data-will-fail]") is None
+    held = card.select_one("[data-will-hold]").get_text(" ", strip=True)
+    assert held.startswith("At its full size the pool would be held now: Quota exceeded")
+    launches = card.select_one('[data-testid="approval-pool-launches"]').get_text(" ", strip=True)
+    assert "launches its 1 wanted host on its next pass" in launches
+    approve = card.select_one("button.primary")
+    assert approve["data-confirm"] == "Let pool llm of carol in nlp-lab grow to 3× p4d.24xlarge?"
+    assert "launched at once" not in approve["data-confirm-text"]
+
+    response = inbox.post(f"/approvals/{pool.launch_order_id}/approve/", follow=True)
+    flash = " ".join(m.message for m in response.context["messages"])
+    assert flash.startswith("Approved pool llm of carol: it may grow to 3× p4d.24xlarge")
+    assert "provisioning has started" not in flash
+    pool.refresh_from_db()
+    assert (pool.status, pool.approved_max) == (Pool.Status.ACTIVE, 3)
+    assert alive(pool) == []  # nothing launched by the approval itself

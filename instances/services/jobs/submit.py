@@ -350,7 +350,7 @@ def job_submit(
 def _waiting(order) -> str:
     if order.status == order.Status.PENDING_APPROVAL:
         return f"waiting for approval: {order.approval_reason}"
-    return "waiting for its host to launch"
+    return Job.WAITING_FOR_HOST
 
 
 def _require_actor(job: Job, user: User, verb: str) -> None:

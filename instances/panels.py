@@ -58,13 +58,13 @@ def quota_panel(user: User, projects: list[Project]) -> Panel:
     by_project = {}
     for project in projects:
         pk = project.pk
-        mine = quotas.get((pk, user.pk))
+        mine, own = quotas.get((pk, user.pk)), quotas.get((pk, None))
         by_project[pk] = {
             "used": used[(pk, None)],
             "holders": holders[pk],
             "slug": project.slug,
-            "can_request": pk in askable,
-            "bars": bars(quotas.get((pk, None)), used[(pk, None)]),
+            "can_request": pk in askable and own is not None and own.raisable,
+            "bars": bars(own, used[(pk, None)]),
             "my_bars": bars(mine, used[(pk, user.pk)]) if mine is not None else [],
         }
     return Panel(template="instances/_dashboard_quota.html", place="card", by_project=by_project)

@@ -277,7 +277,8 @@ class QuotaRequestViewSet(
 ):
     """Requests for more quota: members POST one for their project; admins see them all and
     ``POST {id}/decide/`` with ``grant`` (the GPU limit rises by what was asked) or
-    ``decline``. Others see the requests they made."""
+    ``decline``. Others see the requests they made. A project without a GPU limit takes no
+    request and grants none (409 ``no_gpu_limit``): there is nothing to raise."""
 
     serializer_class = QuotaIncreaseSerializer
     queryset = QuotaRequest.objects.none()  # for the schema; requests use get_queryset()

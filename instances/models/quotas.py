@@ -82,6 +82,16 @@ class Quota(models.Model):
     def __str__(self) -> str:
         return f"quota {self.project}" + (f" / {self.user}" if self.user_id else "")
 
+    @property
+    def raisable(self) -> bool:
+        """What a granted request for more quota raises: the project's own GPU limit (a
+        member's quota, per-model limits, hosts, types and leases are an admin's edit)."""
+        return self.user_id is None and self.max_gpus is not None
+
+    def limit_is_raisable(self, limit: QuotaLimit) -> bool:
+        """Whether granting a request for more quota raises ``limit`` (one of limits())."""
+        return self.raisable and limit.unit == "gpus" and not limit.gpu_model
+
     def limits(self, used) -> list[QuotaLimit]:
         """The counted limits this quota sets (GPUs, hosts, GPUs per model, in that order)
         against ``used`` (anything with ``gpus``, ``instances`` and ``gpus_by_model``); the one

@@ -39,6 +39,8 @@ class Preview:
     headroom: list[Headroom] = field(default_factory=list)
     refusal: str = ""
     refusal_code: str = ""
+    # Whether a granted request for more quota would lift the refusal (the project's GPUs).
+    refusal_raisable: bool = False
     approval: str = ""
 
     @property
@@ -59,5 +61,6 @@ def order_preview(request: OrderRequest) -> Preview:
         headroom=headroom,
         refusal=refusal.message if refusal else "",
         refusal_code=refusal.code if refusal else "",
+        refusal_raisable=getattr(refusal, "raisable", False),
         approval=approval_needed(request) or "",
     )

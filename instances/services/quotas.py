@@ -30,6 +30,11 @@ from portal.services import notice_send, notices_close
 class QuotaExceeded(Conflict):
     code = "quota_exceeded"
 
+    def __init__(self, message: str, *, code: str | None = None, raisable: bool = False):
+        super().__init__(message, code=code)
+        # Whether a granted request for more quota would raise the limit that refused.
+        self.raisable = raisable
+
 
 def quota_check(request) -> None:
     """The quota piece of the registry's order_admission_checks: refuse an order that would
@@ -75,7 +80,8 @@ def quota_check(request) -> None:
                 raise QuotaExceeded(
                     f"Quota exceeded: {who} may run {limit.limit} {limit.label}; "
                     f"{gpus_in_words(limit.in_use)} are in use{over} and this order asks for "
-                    f"{gpus_in_words(asks)}."
+                    f"{gpus_in_words(asks)}.",
+                    raisable=quota.limit_is_raisable(limit),
                 )
 
 
@@ -248,6 +254,7 @@ def quota_request_open(
         problems["reason"] = "Keep the reason under 2,000 characters."
     if problems:
         raise ValidationError(problems, code="invalid")
+    _require_gpu_limit(project)
     ask = QuotaRequest.objects.create(
         project=project, requester=requester, gpus=gpus, reason=reason
     )
@@ -260,6 +267,20 @@ def quota_request_open(
             topic=quota_request_topic(ask),
         )
     return ask
+
+
+def _require_gpu_limit(project: Project) -> Quota:
+    """The project's quota whose GPU limit a request raises; refused (409) without one, where
+    granting would change nothing."""
+    quota = Quota.objects.filter(project=project, user=None).first()
+    if quota is None or not quota.raisable:
+        raise Conflict(
+            f"{project.slug} has no GPU limit, so there is none to raise; an order held by "
+            "another limit (hosts, GPUs of a model, a member's quota, types, leases) is an "
+            "admin's edit on the Quotas page.",
+            code="no_gpu_limit",
+        )
+    return quota
 
 
 def quota_request_topic(ask: QuotaRequest) -> str:
@@ -283,12 +304,11 @@ def quota_request_decide(
     answer = (answer or "").strip()[:500]
     project = ask.project
     if grant:
-        quota = Quota.objects.filter(project=project, user=None).first()
-        if quota is not None and quota.max_gpus is not None:
-            quota_set(project=project, actor=actor, max_gpus=quota.max_gpus + ask.gpus)
-            answer = answer or f"GPU limit raised to {quota.max_gpus + ask.gpus}."
-        else:
-            answer = answer or "The project has no GPU limit to raise."
+        # The limit may have been removed since the request was made: granting nothing is
+        # refused, and the admin declines it instead.
+        quota = _require_gpu_limit(project)
+        quota_set(project=project, actor=actor, max_gpus=quota.max_gpus + ask.gpus)
+        answer = answer or f"GPU limit raised to {quota.max_gpus + ask.gpus}."
     ask.status = QuotaRequest.Status.GRANTED if grant else QuotaRequest.Status.DECLINED
     ask.decided_by, ask.decided_at, ask.answer = actor, timezone.now(), answer
     ask.save(update_fields=["status", "decided_by", "decided_at", "answer"])

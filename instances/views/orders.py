@@ -202,7 +202,7 @@ def order_context(request: HttpRequest, instance_type: InstanceType, data) -> di
         context["invalid"].append(words(None, PortalError("", code="quota_lease"))[1])
     context.update(preview=preview, **_priced(instance_type, market, count, lease, profile))
     if preview.refusal_code.startswith("quota"):
-        context.update(_quota_blocked(user, project, math.ceil(order.gpus)))
+        context.update(_quota_blocked(user, project, math.ceil(order.gpus), preview))
     return _bounded(context)
 
 
@@ -220,15 +220,16 @@ def _placement_hint(instance_type: InstanceType, placement: str) -> str:
     )
 
 
-def _quota_blocked(user, project: Project, asks_gpus: int) -> dict:
+def _quota_blocked(user, project: Project, asks_gpus: int, preview) -> dict:
     """Beside a quota refusal: who holds the quota now, and the way to ask for more (the
-    order's own GPUs, prefilled)."""
+    order's own GPUs, prefilled) when a granted request would lift the refusal."""
     used = usage(project=project)
+    askable = preview.refusal_raisable and permissions.can_request_quota(user, project)
     return {
         "holders": holders_of([project.pk])[project.pk],
         "holders_gpus": used.gpus,
         "holders_hosts": used.instances,
-        "request_gpus": asks_gpus if permissions.can_request_quota(user, project) else 0,
+        "request_gpus": asks_gpus if askable else 0,
     }
 
 

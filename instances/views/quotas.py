@@ -284,6 +284,7 @@ def quota_request_page(request: HttpRequest, slug: str) -> HttpResponse:
     quota = project.quotas.filter(user=None).first()
     context = {
         "project": project,
+        "raisable": quota is not None and quota.raisable,
         "form": mark_invalid(form),
         "bars": bars(quota, usage_of([(project.pk, None)])[(project.pk, None)]),
         "mine": QuotaRequest.objects.for_user(request.user).filter(project=project)[:5],

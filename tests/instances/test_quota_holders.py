@@ -70,3 +70,31 @@ def test_an_order_the_quota_admits_keeps_place_order_enabled(alice, ada, project
     body = text(signed_in(alice).get(ESTIMATE, {"project": "vision-lab", "count": "1"}))
     assert 'class="button primary big place-order">Place order</button>' in body
     assert "disabled" not in body and "Request more quota" not in body
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        {"max_instances": 2},
+        {"max_gpus": 40, "max_gpus_by_model": {"A10G": 2}},
+        {"max_gpus": 40, "member": 2},
+    ],
+    ids=["hosts", "gpus-of-a-model", "a-members-quota"],
+)
+def test_request_more_quota_is_offered_only_where_a_grant_lifts_the_refusal(
+    limits, alice, bob, ada, projects, place_order
+):
+    """A grant raises the project's GPU limit only; "Request more quota" was offered beside a
+    refusal by the hosts limit, a per-model limit or the member's own quota, which it leaves."""
+    member = limits.pop("member", None)
+    quota_set(project=projects["vision-lab"], actor=ada, **limits)
+    if member:
+        quota_set(project=projects["vision-lab"], actor=ada, user=alice, max_gpus=member)
+        place_order(alice, count=2)
+    else:
+        place_order(bob, count=2)
+    body = text(signed_in(alice).get(ESTIMATE, {"project": "vision-lab", "count": "1"}))
+    assert "Cannot be placed now: Quota exceeded" in body
+    assert "Request more quota" not in body
+    dashboard = text(signed_in(alice).get("/dashboard/"))
+    assert ("Request more quota" in dashboard) == ("max_gpus" in limits)

@@ -67,7 +67,8 @@ def test_a_declined_request_changes_no_limit_and_cannot_be_decided_twice(alice, 
     assert (ask.status, ask.answer) == ("declined", "Not this month.")
 
 
-def test_a_request_without_a_reason_or_a_number_is_refused_and_saves_nothing(alice, projects):
+def test_a_request_without_a_reason_or_a_number_is_refused_and_saves_nothing(alice, ada, projects):
+    quota_set(project=projects["vision-lab"], actor=ada, max_gpus=8)
     response = signed_in(alice).post("/quotas/vision-lab/request/", {"gpus": "0", "reason": " "})
     assert response.status_code == 400
     body = response.content.decode()
@@ -118,3 +119,31 @@ def test_a_stranger_cannot_ask_for_another_projects_quota(api_as, carol):
     )
     assert answer.status_code == 400
     assert "not a member of a project called vision-lab" in str(answer.json())
+
+
+def test_without_a_gpu_limit_there_is_nothing_to_ask_for_or_grant(alice, ada, projects, api_as):
+    """A grant raises the project's GPU limit; a project without one took the request and
+    marked it Granted while changing nothing."""
+    page = signed_in(alice).get("/quotas/vision-lab/request/").content.decode()
+    assert 'data-testid="no-gpu-limit"' in page and "quota-request-form" not in page
+    answer = api_as(alice).post(
+        "/api/v1/quota-requests/",
+        {"project": "vision-lab", "gpus": 4, "reason": "x"},
+        format="json",
+    )
+    assert answer.status_code == 409 and answer.json()["code"] == "no_gpu_limit"
+    assert not QuotaRequest.objects.exists()
+    # A limit that was removed after the request: granting is refused, declining still works.
+    quota_set(project=projects["vision-lab"], actor=ada, max_gpus=8)
+    ask = quota_request_open(requester=alice, project=projects["vision-lab"], gpus=4, reason="x")
+    quota_set(project=projects["vision-lab"], actor=ada, max_gpus=None)
+    assert "Grant (no GPU limit)" in signed_in(ada).get("/quotas/").content.decode()
+    refused = api_as(ada).post(
+        f"/api/v1/quota-requests/{ask.pk}/decide/", {"decision": "grant"}, format="json"
+    )
+    assert refused.status_code == 409 and refused.json()["code"] == "no_gpu_limit"
+    ask.refresh_from_db()
+    assert ask.status == "open"
+    quota_request_decide(quota_request=ask, actor=ada, grant=False)
+    ask.refresh_from_db()
+    assert ask.status == "declined"

@@ -13,7 +13,7 @@ from functools import partial
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.text import capfirst
 
@@ -38,51 +38,73 @@ class QuotaExceeded(Conflict):
 
 def quota_check(request) -> None:
     """The quota piece of the registry's order_admission_checks: refuse an order that would
-    break a quota, saying which quota, its limit, what is in use and what the order asks for."""
+    break a quota, saying which quota, its limit, what is in use and what the order asks for
+    (the project's quota first, then the member's own). The refusal is ``raisable`` only when
+    every limit the order breaks is one a granted request for more quota raises."""
     if request.extends is not None:
         # A lease extension adds no host: the host already counts, and its lease limit is
         # checked against longest_lease() by the extension itself.
         return
-    quotas = Quota.objects.filter(project=request.project).select_related("user", "project")
-    asks_gpus = request.gpus
-    model = request.instance_type.gpu_model
+    quotas = (
+        Quota.objects.filter(project=request.project)
+        .filter(Q(user__isnull=True) | Q(user=request.requester))
+        .select_related("user", "project")
+        .order_by(F("user_id").asc(nulls_first=True))
+    )
+    broken = [refusal for quota in quotas for refusal in _quota_refusals(quota, request)]
+    if broken:
+        first = broken[0]
+        first.raisable = all(refusal.raisable for refusal in broken)
+        raise first
+
+
+def _quota_refusals(quota: Quota, request) -> list[QuotaExceeded]:
+    """Each rule of ``quota`` that ``request`` breaks: its types, markets and lease (the first
+    of these alone: what is counted does not matter then), or each counted limit it passes."""
+    who = quota_who(quota)
     type_name = request.instance_type.name
-    for quota in quotas:
-        if quota.user_id not in (None, request.requester.pk):
-            continue
-        who = quota_who(quota)
-        if quota.allowed_instance_types and type_name not in quota.allowed_instance_types:
-            raise QuotaExceeded(
+    if quota.allowed_instance_types and type_name not in quota.allowed_instance_types:
+        return [
+            QuotaExceeded(
                 f"The quota of {who} allows only {', '.join(quota.allowed_instance_types)}; "
                 f"{type_name} is not among them.",
                 code="quota_instance_type",
             )
-        markets = quota.allowed_markets.get(type_name)
-        if markets and request.market not in markets:
-            raise QuotaExceeded(
+        ]
+    markets = quota.allowed_markets.get(type_name)
+    if markets and request.market not in markets:
+        return [
+            QuotaExceeded(
                 f"The quota of {who} allows {type_name} only on "
                 f"{' or '.join(m.replace('_', '-') for m in markets)}; order it that way.",
                 code="quota_market",
             )
-        if quota.max_lease_hours is not None and request.lease_hours > quota.max_lease_hours:
-            raise QuotaExceeded(
+        ]
+    if quota.max_lease_hours is not None and request.lease_hours > quota.max_lease_hours:
+        return [
+            QuotaExceeded(
                 f"The quota of {who} allows leases of at most {quota.max_lease_hours} h; "
                 f"this order asks for {request.lease_hours} h.",
                 code="quota_lease",
             )
-        used = usage(project=request.project, user=quota.user)
-        for limit in quota.limits(used):
-            if limit.gpu_model and limit.gpu_model != model:
-                continue
-            asks = request.count if limit.unit == "hosts" else asks_gpus
-            if limit.in_use + asks > limit.limit:
-                over = " (already over the limit)" if limit.over else ""
-                raise QuotaExceeded(
+        ]
+    broken = []
+    used = usage(project=request.project, user=quota.user)
+    for limit in quota.limits(used):
+        if limit.gpu_model and limit.gpu_model != request.instance_type.gpu_model:
+            continue
+        asks = request.count if limit.unit == "hosts" else request.gpus
+        if limit.in_use + asks > limit.limit:
+            over = " (already over the limit)" if limit.over else ""
+            broken.append(
+                QuotaExceeded(
                     f"Quota exceeded: {who} may run {limit.limit} {limit.label}; "
                     f"{gpus_in_words(limit.in_use)} are in use{over} and this order asks for "
                     f"{gpus_in_words(asks)}.",
                     raisable=quota.limit_is_raisable(limit),
                 )
+            )
+    return broken
 
 
 def quota_headroom(request) -> list[Headroom]:

@@ -78,14 +78,16 @@ def test_an_order_the_quota_admits_keeps_place_order_enabled(alice, ada, project
         {"max_instances": 2},
         {"max_gpus": 40, "max_gpus_by_model": {"A10G": 2}},
         {"max_gpus": 40, "member": 2},
+        {"max_gpus": 2, "max_instances": 2},
     ],
-    ids=["hosts", "gpus-of-a-model", "a-members-quota"],
+    ids=["hosts", "gpus-of-a-model", "a-members-quota", "gpus-and-hosts"],
 )
 def test_request_more_quota_is_offered_only_where_a_grant_lifts_the_refusal(
     limits, alice, bob, ada, projects, place_order
 ):
     """A grant raises the project's GPU limit only; "Request more quota" was offered beside a
-    refusal by the hosts limit, a per-model limit or the member's own quota, which it leaves."""
+    refusal by the hosts limit, a per-model limit or the member's own quota, which it leaves,
+    and beside the GPU limit's refusal when another limit refuses the order too."""
     member = limits.pop("member", None)
     quota_set(project=projects["vision-lab"], actor=ada, **limits)
     if member:

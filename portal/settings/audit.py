@@ -40,7 +40,11 @@ PORTAL_AUDIT_QUIET_PATHS = ["/admin/jsi18n/"]
 # Pages whose opening is audited though they are read with GET (regular expressions matched
 # against the whole path): a host's JupyterLab opened, or a document in it; not the many API
 # and asset reads the open lab makes, which its kernels' and files' own calls stand for.
-PORTAL_AUDIT_PAGES = [r"/notebook/[0-9a-f-]{36}/lab(?:/(?:tree|workspaces)/.*)?/?"]
+# jupyterlab_server serves the lab at /lab and /doc (one document), each optionally under
+# /workspaces/<name> and /tree/<path>.
+PORTAL_AUDIT_PAGES = [
+    r"/notebook/[0-9a-f-]{36}/(?:lab|doc)(?:/workspaces/[^/]+)?(?:/tree/.*)?/?",
+]
 # Signs the chain's checkpoints (HMAC-SHA256). Not SECRET_KEY: rotating one must not touch
 # the other, and whoever can read one need not be able to forge the other.
 AUDIT_SIGNING_KEY_MIN_BYTES = 32

@@ -244,9 +244,12 @@ def test_opening_it_is_an_audit_row_and_stopping_the_host_ends_it(notebook_host,
     base = f"/notebook/{notebook_host.pk}/"
     assert client.get(f"{base}lab").status_code == 200
     assert client.get(f"{base}api/status").status_code == 200
-    opened = AuditEvent.objects.filter(path__startswith=base)
-    assert list(opened.values_list("method", "path", "status", "actor_username")) == [
-        ("GET", f"{base}lab", 200, "alice")
+    # Single-document mode shows the same lab.
+    assert client.get(f"{base}doc/tree/notes.ipynb").status_code == 200
+    opened = AuditEvent.objects.filter(path__startswith=base).order_by("seq")
+    assert list(opened.values_list("method", "path", "actor_username")) == [
+        ("GET", f"{base}lab", "alice"),
+        ("GET", f"{base}doc/tree/notes.ipynb", "alice"),
     ]
     services.instance_request_stop(instance=notebook_host, user=alice)
     notebook_host.refresh_from_db()

@@ -100,8 +100,9 @@ def budget_headroom(request) -> list[Headroom]:
                 if blocks or cost <= left
                 # Nothing is sent for the order itself: the budget's threshold alerts are.
                 else f"; this order ({usd(cost)}) goes over and is not refused; the budget's "
-                f"alerts at {', '.join(str(t) for t in sorted(budget.thresholds))} % go to "
-                "finance as the forecast and the spend cross them"
+                f"alerts at {', '.join(str(t) for t in sorted(budget.thresholds))} % (once a "
+                "month each) go to its managers and finance as the forecast and the spend "
+                "cross them"
             ),
         )
     ]

@@ -97,6 +97,9 @@ def test_an_order_over_a_notify_budget_says_what_finance_will_hear(alice, fin, p
             "/catalog/g5.xlarge/estimate/", {"project": "vision-lab", "lease_hours": "24"}
         )
     )
-    said = "goes over and is not refused; the budget&#x27;s alerts at 80, 100 % go to finance"
+    said = (
+        "goes over and is not refused; the budget&#x27;s alerts at 80, 100 % (once a month "
+        "each) go to its managers and finance"
+    )
     assert said in estimate
     assert "finance is told" not in estimate

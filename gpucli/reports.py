@@ -163,7 +163,8 @@ def approvals(ctx: typer.Context, as_json: JsonOption = False) -> None:
                 row["id"][:8],
                 row["project"],
                 row["requester"],
-                f"{row['count']}x {row['instance_type']}",
+                (f"pool {row['pool']['name']}, up to " if row.get("pool") else "")
+                + f"{row['count']}x {row['instance_type']}",
                 row["market"],
                 row["estimate"]["per_hour"],
                 when(row["created_at"]),
@@ -199,7 +200,7 @@ def approve(
     ref: Annotated[str, typer.Argument(metavar="ORDER", help="Its id or the start of it.")],
     reason: Annotated[str, typer.Option(help="Why (the requester reads it).")] = "",
 ) -> None:
-    """Approve an order: its hosts are provisioned."""
+    """Approve an order: its hosts are provisioned (a pool's: the pool may grow to its size)."""
     portal = connect()
     order = portal.post(f"/api/v1/orders/{_pending(portal, ref)}/approve/", {"reason": reason})
     note(f"Order {order['id'][:8]} of {order['requester']}: {order['status']}.")

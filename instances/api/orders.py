@@ -187,8 +187,19 @@ class OrderListSerializer(serializers.ListSerializer):
         return super().to_representation(orders)
 
 
+class OrderPoolSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    name = serializers.CharField()
+
+
 class OrderSerializer(serializers.ModelSerializer):
     project = serializers.CharField(source="project.slug")
+    pool = OrderPoolSerializer(
+        read_only=True,
+        allow_null=True,
+        help_text="The pool whose size this order asks for (approving it lets the pool grow to "
+        "count hosts; none launch at once); null for an order of hosts",
+    )
     requester = serializers.CharField(source="requester.username")
     decided_by = serializers.CharField(source="decided_by.username", default=None, allow_null=True)
     interruption_policy = SpotOnlyChoiceField(
@@ -229,6 +240,7 @@ class OrderSerializer(serializers.ModelSerializer):
             "image",
             "market",
             "count",
+            "pool",
             "placement",
             "nodes",
             "efa",
@@ -343,7 +355,13 @@ class OrderViewSet(
         return (
             Order.objects.for_user(self.request.user)
             .select_related(
-                "project", "requester", "instance_type", "image", "decided_by", "mig_profile"
+                "project",
+                "requester",
+                "instance_type",
+                "image",
+                "decided_by",
+                "mig_profile",
+                "pool",
             )
             .prefetch_related(
                 Prefetch(

@@ -157,6 +157,18 @@ class Order(models.Model):
         return self.placement == Placement.CLUSTER
 
     @property
+    def described(self) -> str:
+        """The order in a few words, as lists, notices and the CLI name it: "2x g5.xlarge", or
+        for a pool's order (its size, not hosts launched at once) "pool llm, up to 3x ..."."""
+        hosts = f"{self.count}× {self.instance_type.name}"
+        return f"pool {self.pool.name}, up to {hosts}" if self.pool_id else hosts
+
+    @property
+    def link(self) -> str:
+        """Where its requester follows it: the pool's page for a pool's order, else My hosts."""
+        return f"/pools/{self.pool_id}/" if self.pool_id else "/hosts/"
+
+    @property
     def is_mig_slice(self) -> bool:
         """An order of MIG slices (not a shared host's own order)."""
         return self.mig_profile_id is not None and not self.mig_host

@@ -74,6 +74,7 @@ def order_approve(*, order: Order, user: User, reason: str = "") -> Order:
         if not order.pool_id:
             # A pool's hosts are admitted one launch at a time, when the pool grows.
             order_admit(order_request_of(order))
+        new_pool = order.pool_id is not None and order.pool.status == Pool.Status.AWAITING_APPROVAL
         order = order_decided(
             order=order,
             to=Order.Status.APPROVED,
@@ -91,15 +92,18 @@ def order_approve(*, order: Order, user: User, reason: str = "") -> Order:
             )
         notice_send(
             user=order.requester,
-            subject=f"Approved: {order.count}× {order.instance_type.name} for {order.project.slug}",
+            subject=f"Approved: {order.described} for {order.project.slug}",
             body=f"{user.username} approved your order; "
             + (
-                "the pool launches its hosts on its next pass."
+                "the pool launches its wanted hosts on its next pass, as the quota and budget "
+                "allow."
+                if new_pool
+                else "the pool may launch that many as it scales out."
                 if order.pool_id
                 else "its hosts are being provisioned."
             )
             + (f" Note: {reason}" if reason else ""),
-            link="/hosts/",
+            link=order.link,
         )
     order.refresh_from_db()
     return order
@@ -121,9 +125,9 @@ def order_reject(*, order: Order, user: User, reason: str) -> Order:
             pool_order_decided(order=order, approved=False, actor=actor_of(user), reason=reason)
         notice_send(
             user=order.requester,
-            subject=f"Rejected: {order.count}× {order.instance_type.name} for {order.project.slug}",
+            subject=f"Rejected: {order.described} for {order.project.slug}",
             body=f"{user.username} rejected your order: {reason}",
-            link="/catalog/",
+            link=f"/pools/{order.pool_id}/" if order.pool_id else "/catalog/",
         )
     order.refresh_from_db()
     return order
@@ -147,8 +151,7 @@ def order_cancel(*, order: Order, user: User, reason: str = "") -> Order:
         if user.pk != order.requester_id:
             notice_send(
                 user=order.requester,
-                subject=f"Cancelled: {order.count}× {order.instance_type.name} for "
-                f"{order.project.slug}",
+                subject=f"Cancelled: {order.described} for {order.project.slug}",
                 body=f"{user.username} cancelled your order while it waited for approval"
                 + (f": {reason}" if reason else ".")
                 + " Nothing was launched.",

@@ -439,8 +439,9 @@ def approvers_ask(order: Order) -> None:
             notice_send(
                 user=approver,
                 subject=f"Approval needed: {order.requester.username} ordered "
-                f"{order.count}× {order.instance_type.name} for {order.project.slug}",
-                body=f"{order.approval_reason}. Estimated {usd(order.price_per_hour, RATE)}/h.",
+                f"{order.described} for {order.project.slug}",
+                body=f"{order.approval_reason}. Estimated {usd(order.price_per_hour, RATE)}/h"
+                + (" at full size." if order.pool_id else "."),
                 link="/approvals/",
                 topic=order_decide_topic(order),
             )

@@ -46,6 +46,8 @@ def order_data(order) -> dict:
             "instance_type": order.instance_type.name,
             "market": order.market,
             "count": order.count,
+            # A pool's order is the pool's size, not hosts launched at once.
+            "pool": {"id": str(order.pool_id), "name": order.pool.name} if order.pool_id else None,
             "lease_hours": order.lease_hours,
             "reason": order.approval_reason or order.decision_reason,
         }

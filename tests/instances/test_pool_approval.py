@@ -168,3 +168,31 @@ def test_the_inbox_says_what_approving_a_pool_does(nlp_policy, make_a100_pool, p
     pool.refresh_from_db()
     assert (pool.status, pool.approved_max) == (Pool.Status.ACTIVE, 3)
     assert alive(pool) == []  # nothing launched by the approval itself
+
+
+def test_notices_the_api_and_the_dashboards_name_a_pools_order_as_the_pool(
+    nlp_policy, make_a100_pool, ada, carol, api_as
+):
+    """Approvers were asked about "3x p4d.24xlarge" and the requester told "Approved: 3x ..."
+    with a link to My hosts; the API and CLI had no way to tell a pool's order from hosts."""
+    from django.test import Client
+
+    from portal.models import Notice
+
+    nlp_policy()
+    pool = make_a100_pool(desired=1, max_size=3)
+    asked = Notice.objects.get(user=ada)
+    assert asked.subject == (
+        "Approval needed: carol ordered pool llm, up to 3× p4d.24xlarge for nlp-lab"
+    )
+    assert asked.body.endswith("/h at full size.")
+    shown = api_as(ada).get(f"/api/v1/orders/{pool.launch_order_id}/").json()
+    assert shown["pool"] == {"id": str(pool.pk), "name": "llm"} and shown["count"] == 3
+    admin = Client()
+    admin.force_login(ada)
+    assert "pool llm, up to 3× p4d.24xlarge" in admin.get("/dashboard/").content.decode()
+    services.order_approve(order=pool.launch_order, user=ada)
+    told = Notice.objects.get(user=carol)
+    assert told.subject == "Approved: pool llm, up to 3× p4d.24xlarge for nlp-lab"
+    assert "launches its wanted hosts on its next pass" in told.body
+    assert told.link == f"/pools/{pool.pk}/"

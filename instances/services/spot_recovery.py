@@ -24,7 +24,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from instances.models import Instance, InterruptionPolicy, Market
+from instances.models import Instance, InterruptionPolicy, Job, Market
 from instances.providers import get_provider, spot_events
 from instances.providers.base import Provider, SpotWarning
 from instances.selectors.hosts import instance_load
@@ -369,7 +369,8 @@ def replacement_start(
             if existing is not None:
                 return existing
             made = order.instances.filter(replaces__isnull=False).count()
-            if made >= limit:
+            # A job's order is bounded by the job's own max_recoveries and time limit.
+            if made >= limit and not Job.objects.filter(order=order).exists():
                 raise PortalError(
                     f"Order {str(order.pk)[:8]} has had its {limit} replacement hosts "
                     f"(PORTAL_SPOT_MAX_REPLACEMENTS); order again to carry on.",

@@ -614,3 +614,54 @@ def test_a_working_folder_goes_to_the_agent_with_the_run_and_to_a_rerun(submit, 
     assignment = Agent(boot(other)).ask().json()
     assert assignment["workdir"] == {"git": GIT, "ref": "v1.2"}
     assert api_as(alice).get(f"/api/v1/jobs/{other.pk}/").json()["workdir_tarball"] is None
+
+
+def test_a_spot_job_at_its_quota_limit_recovers_once_the_warned_host_is_gone(
+    submit, alice, ada, projects, clock
+):
+    """The warned host still counts against the quota, so its replacement was refused at the
+    warning and the job failed at once, though the owner was just told it would restart."""
+    services.quota_set(project=projects["vision-lab"], actor=ada, max_gpus=1)
+    job = submit()
+    first = boot(job)
+    agent = Agent(first)
+    assignment = agent.ask().json()
+    ref = {"job": assignment["job"], "run": 1}
+    agent.post("started", **ref, pid=100)
+    SimulatedProvider().warn(first.cloud_id)
+    services.spot_events_drain()
+    agent.post("exit", **ref, exit_code=None, signal="SIGTERM", stopped=True)
+    job.refresh_from_db()
+    assert job.status == J.RECOVERING and job.recoveries == 1
+    assert not first.replacements.exists()
+    waiting = job.events.order_by("-at", "-id").first()
+    assert "no replacement host yet (Quota exceeded" in waiting.reason
+    assert f"tried again once {first.name} is gone" in waiting.reason
+    clock.shift(timedelta(seconds=121))  # the cloud takes it
+    services.reconcile()
+    jobs_pass()
+    job.refresh_from_db()
+    assert job.status == J.RECOVERING
+    second = services.instance_provision(instance_id=first.replacements.get().pk)
+    assert Agent(second).ask().json()["run"] == 2
+
+
+def test_a_jobs_recoveries_are_not_capped_by_the_orders_replacement_limit(submit, settings):
+    """PORTAL_SPOT_MAX_REPLACEMENTS (3) failed a job at its 4th replacement though the form
+    says "no limit within the time limit": a job's own max_recoveries bounds it."""
+    settings.PORTAL_SPOT_MAX_REPLACEMENTS = 1
+    job = submit()
+    host = boot(job)
+    for number in (1, 2):
+        agent = Agent(host)
+        assignment = agent.ask().json()
+        assert assignment["run"] == number
+        ref = {"job": assignment["job"], "run": number}
+        agent.post("started", **ref, pid=100)
+        SimulatedProvider().warn(host.cloud_id)
+        services.spot_events_drain()
+        agent.post("exit", **ref, exit_code=None, stopped=True)
+        job.refresh_from_db()
+        assert job.status == J.RECOVERING, job.status_reason
+        host = services.instance_provision(instance_id=host.replacements.get().pk)
+    assert job.recoveries == 2

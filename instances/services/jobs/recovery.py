@@ -85,7 +85,16 @@ def _replace(job: Job, host: Instance, *, interruption: bool = False) -> Job:
         # An on-demand job's order has no interruption policy; its job's is "on-demand again".
         policy=InterruptionPolicy.FALLBACK_ON_DEMAND if job.market == JobMarket.ON_DEMAND else None,
     )
-    if replacement is None:
+    if replacement is None and _being_taken_back(host):
+        # Refused while the warned host still counts against the quota (or budget): the job
+        # pass tries again once the cloud has taken it (the no_live_host rule).
+        job_note(
+            job=job,
+            note=f"no replacement host yet ({_refusal(host)}); it is tried again once "
+            f"{host.name} is gone",
+            host=host,
+        )
+    elif replacement is None:
         job, _ = job_transition(
             job=job,
             to=Job.Status.FAILED,
@@ -103,6 +112,12 @@ def _replace(job: Job, host: Instance, *, interruption: bool = False) -> Job:
     else:
         job_note(job=job, note=f"recovers on host {replacement.name}", host=replacement)
     return job
+
+
+def _being_taken_back(host: Instance) -> bool:
+    """A host the cloud warned it takes back, not yet gone: it holds its quota until then."""
+    host.refresh_from_db(fields=["status", "spot_warning_at"])
+    return host.spot_warning_at is not None and host.status in Instance.LIVE
 
 
 def _refusal(host: Instance) -> str:

@@ -226,6 +226,20 @@ def instance_apply_cloud(*, instance: Instance, host: CloudHost | None, actor: s
             return instance
         return instance_walk(instance, [S.TERMINATED], reason=why, actor=actor, at=at)
     if state == CloudState.SHUTTING_DOWN:
+        if host.spot_interrupted and instance.status == S.RUNNING:
+            # EC2 shows an interrupted spot host shutting down before it is gone: it is
+            # interrupted now (the owner hears, the replacement starts); terminated later.
+            instance = instance_walk(
+                instance,
+                [S.INTERRUPTED],
+                reason=f"spot capacity reclaimed by the cloud: {why}",
+                actor=actor,
+                at=at,
+            )
+            instance_interrupted(instance=instance)
+            return instance
+        if instance.status == S.INTERRUPTED:
+            return instance
         return instance_walk(instance, [S.TERMINATING], reason=why, actor=actor, at=at)
     if state == CloudState.RUNNING:
         if instance.status == S.STOPPED:

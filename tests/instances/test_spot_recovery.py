@@ -406,3 +406,34 @@ def test_the_host_page_shows_the_warning_the_link_and_the_checkpoint_snippet(
     assert host.order.checkpoint_uri.removeprefix("file://") in page
     page = client.get(f"/hosts/{new.pk}/panel/").content.decode()
     assert f'href="/hosts/{host.pk}/"' in page
+
+
+def test_an_interruption_seen_while_the_host_shuts_down_is_an_interruption(spot_host, alice):
+    """EC2 shows an interrupted spot host as shutting-down first; the portal read that as a
+    plain termination: no interrupted state, no notice, no replacement."""
+    from instances.providers.simulated import SPOT_INTERRUPTION_REASON
+
+    host = spot_host("relaunch_spot")
+    SimulatedHost.objects.filter(cloud_id=host.cloud_id).update(
+        state=SimulatedHost.State.SHUTTING_DOWN,
+        state_reason=SPOT_INTERRUPTION_REASON,
+        state_changed_at=timezone.now(),
+        settles_at=None,
+    )
+    services.reconcile()
+    host.refresh_from_db()
+    assert host.status == S.INTERRUPTED
+    replacement = Instance.objects.get(replaces=host)
+    assert (
+        Notice.objects.filter(user=alice, subject__startswith="Spot host interrupted").count() == 1
+    )
+    SimulatedHost.objects.filter(cloud_id=host.cloud_id).update(
+        state=SimulatedHost.State.TERMINATED
+    )
+    services.reconcile()
+    host.refresh_from_db()
+    assert host.status == S.TERMINATED
+    assert list(Instance.objects.filter(replaces=host)) == [replacement]
+    assert (
+        Notice.objects.filter(user=alice, subject__startswith="Spot host interrupted").count() == 1
+    )

@@ -197,6 +197,12 @@ def test_only_admins_edit_the_rules_and_bad_rules_say_why(client, ada, alice, pr
     client.force_login(alice)
     assert client.get("/sso/").status_code == 403
     client.force_login(ada)
+    # The page said memberships end "when the person leaves the group": they end at the next
+    # sign-in (test_leaving_a_group_ends_the_membership_it_gave_at_the_next_sign_in).
+    page = " ".join(client.get("/sso/").content.decode().split())
+    assert "end at the person's next sign-in after they leave the group" in page.replace(
+        "&#x27;", "'"
+    )
     missing = client.post("/sso/", {"group": "vision-lab", "gives": "member", "project": ""})
     assert missing.status_code == 400
     assert "Choose the project" in missing.content.decode()

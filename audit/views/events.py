@@ -16,6 +16,7 @@ from django.views.decorators.http import require_GET
 from audit.lib import chain
 from audit.lib.access import reads_whole_log
 from audit.lib.csv_stream import csv_lines
+from audit.lib.querystring import query_without
 from audit.models import AuditChainLink, AuditEvent, Outcome
 from audit.selectors import status
 from audit.selectors.filters import METHODS, AuditEventFilter
@@ -40,13 +41,6 @@ def _filtered(request: HttpRequest, queryset, **defaults: str) -> AuditEventFilt
     return AuditEventFilter(data=data, queryset=queryset)
 
 
-def _query_without(params, *names: str) -> str:
-    params = params.copy()
-    for name in names:
-        params.pop(name, None)
-    return params.urlencode()
-
-
 def _page_context(request: HttpRequest, filterset: AuditEventFilter) -> dict:
     valid = filterset.is_valid()
     page = None
@@ -61,9 +55,9 @@ def _page_context(request: HttpRequest, filterset: AuditEventFilter) -> dict:
         "events": status.annotate_chain(page.object_list) if page else [],
         "methods": METHODS,
         "outcomes": Outcome.choices,
-        "query": _query_without(request.GET, "page"),
+        "query": query_without(request.GET, "page"),
         # With the page's defaults, so that an export holds the rows the page shows.
-        "export_query": _query_without(filterset.data, "page"),
+        "export_query": query_without(filterset.data, "page"),
         "system": filterset.data.get("system", ""),
         "system_choices": [("hide", "hide"), ("all", "show"), ("only", "only")],
         "filtered": any(value for key, value in request.GET.items() if key != "page"),

@@ -12,7 +12,8 @@ from decimal import Decimal
 from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import ValidationError
-from django.db.models import Q
+from django.core.paginator import Paginator
+from django.db.models import Count, Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -20,6 +21,7 @@ from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
+from audit.lib.querystring import query_without
 from instances import services
 from instances.forms import ExtendForm
 from instances.lib.checkpoints import backup_dir
@@ -69,7 +71,29 @@ def _hosts_queryset(request: HttpRequest):
     if request.GET.get("ended") != "1":
         recent = timezone.now() - timedelta(minutes=30)
         rows = rows.filter(Q(status__in=Instance.LIVE) | Q(status_changed_at__gte=recent))
-    return rows.order_by("-created_at")
+    return rows.order_by("-created_at", "-id")
+
+
+# Hosts per page of My hosts / All hosts, newest first (an order cut by a page's end shows on
+# both pages, each with its own hosts and their own per-order total).
+PAGE_SIZE = 200
+
+
+def _totals(rows) -> dict:
+    """The running total over every host the filters keep, on every page: how many are live,
+    how many run and what those cost an hour (each at rate_now, the rule of the rows' $/h), in
+    two queries whatever the number of hosts."""
+    every = Instance.objects.filter(pk__in=rows.values("pk"))
+    counts = every.aggregate(
+        live=Count("pk", filter=Q(status__in=Instance.LIVE)),
+        running=Count("pk", filter=Q(status=Instance.Status.RUNNING)),
+    )
+    running = every.filter(status=Instance.Status.RUNNING).select_related("instance_type", "order")
+    return {
+        "live": counts["live"],
+        "running": counts["running"],
+        "rate": sum((rate_now(instance) for instance in running), Decimal(0)),
+    }
 
 
 def _new_order(request: HttpRequest) -> uuid.UUID | None:
@@ -86,7 +110,9 @@ def _host_rows(request: HttpRequest) -> dict:
     has cost and, for the running ones, what they cost per hour now."""
     now = timezone.now()
     managed = permissions.managed_project_ids(request.user)
-    rows = list(_hosts_queryset(request)[:200])
+    queryset = _hosts_queryset(request)
+    page = Paginator(queryset, PAGE_SIZE).get_page(request.GET.get("page"))
+    rows = list(page.object_list)
     costs = costs_so_far(rows, now=now)  # the whole page at once, as metering bills it
     notes = cost_notes(rows, now=now)
     readings = latest_gpu_readings([instance.pk for instance in rows], now=now)
@@ -132,9 +158,9 @@ def _host_rows(request: HttpRequest) -> dict:
     return {
         "groups": list(groups.values()),
         "hosts": hosts,
-        "live": sum(host["i"].is_live for host in hosts),
-        "running": sum(group["running"] for group in groups.values()),
-        "rate": sum((group["rate"] for group in groups.values()), Decimal(0)),
+        **_totals(queryset),
+        "page": page,
+        "pager_query": query_without(request.GET, "page"),
         "selectable": any(host["can_act"] and host["i"].actions_now for host in hosts),
         "moving": any(
             h["i"].status in Instance.MOVING or h["i"].status == "requested" for h in hosts

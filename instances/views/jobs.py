@@ -11,6 +11,7 @@ import uuid
 
 from django.conf import settings
 from django.contrib import messages
+from django.core.paginator import Paginator
 from django.http import (
     Http404,
     HttpRequest,
@@ -24,6 +25,7 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
+from audit.lib.querystring import query_without
 from instances.forms.jobs import JobForm
 from instances.lib import tensorboard
 from instances.models import Image, InstanceType, Job, JobLogChunk, JobWorkdir
@@ -58,8 +60,15 @@ def _jobs(request: HttpRequest):
     )
 
 
+# Jobs per page of the jobs list, newest first (as My hosts pages its hosts).
+PAGE_SIZE = 200
+
+
 def jobs_page(request: HttpRequest) -> HttpResponse:
-    jobs = list(_jobs(request).order_by("-created_at")[:200])
+    page = Paginator(_jobs(request).order_by("-created_at", "-id"), PAGE_SIZE).get_page(
+        request.GET.get("page")
+    )
+    jobs = list(page.object_list)
     hosts = [host for job in jobs for host in job.order.instances.all()]
     costs = costs_so_far(hosts, now=timezone.now()) if hosts else {}
     rows = [
@@ -69,7 +78,12 @@ def jobs_page(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "instances/jobs.html",
-        {"rows": rows, "can_submit": permissions.can_order(request.user)},
+        {
+            "rows": rows,
+            "can_submit": permissions.can_order(request.user),
+            "page": page,
+            "query": query_without(request.GET, "page"),
+        },
     )
 
 

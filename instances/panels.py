@@ -12,7 +12,7 @@ from datetime import timedelta
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from instances.models import Instance, Order, Quota
+from instances.models import Instance, InstanceEvent, Order, Quota
 from instances.selectors.orders import orders_to_decide
 from instances.selectors.pools import pools_overview
 from instances.selectors.quotas import bars, holders_of, live_usage
@@ -133,11 +133,13 @@ def operations_panel(user: User, projects: list[Project]) -> Panel | None:
         for value, label in Instance.Status.choices
         if counts.get(value)
     ]
-    failed = Instance.objects.filter(
-        project_id__in=ids,
-        status__in=[Instance.Status.FAILED, Instance.Status.INTERRUPTED],
-        status_changed_at__gte=timezone.now() - timedelta(days=1),
-    ).count()
+    # From the hosts' timelines, not their status now: an interrupted host is walked on to
+    # terminated in the same reconcile pass. Each host counts once, whatever its moves.
+    failed = InstanceEvent.objects.filter(
+        instance__project_id__in=ids,
+        new_status__in=[Instance.Status.FAILED, Instance.Status.INTERRUPTED],
+        at__gte=timezone.now() - timedelta(days=1),
+    ).aggregate(n=Count("instance_id", distinct=True))["n"]
     return Panel(
         template="instances/_dashboard_operations.html",
         place="lead",

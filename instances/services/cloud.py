@@ -38,7 +38,7 @@ from instances.services.clusters import (
 )
 from instances.services.mig import mig_slice_end, mig_slice_provision
 from instances.services.notebooks import notebook_login
-from instances.services.spot_recovery import instance_interrupted
+from instances.services.spot_recovery import instance_interrupted, interrupted_host_gone
 from instances.services.telemetry import agent_credential_issue, agent_secret
 from instances.services.transitions import instance_note, instance_transition, instance_walk
 
@@ -223,20 +223,25 @@ def instance_apply_cloud(*, instance: Instance, host: CloudHost | None, actor: s
                 # The owner hears at once, and the order's policy starts its replacement
                 # now if the warning did not.
                 instance_interrupted(instance=instance)
+            else:
+                # Seen interrupted while shutting down, now gone: it counts no more.
+                interrupted_host_gone(instance=instance)
             return instance
         return instance_walk(instance, [S.TERMINATED], reason=why, actor=actor, at=at)
     if state == CloudState.SHUTTING_DOWN:
         if host.spot_interrupted and instance.status == S.RUNNING:
             # EC2 shows an interrupted spot host shutting down before it is gone: it is
             # interrupted now (the owner hears, the replacement starts); terminated later.
-            instance = instance_walk(
-                instance,
-                [S.INTERRUPTED],
+            # Only the worker whose move it was acts (two reconciles may race here).
+            instance, moved = instance_transition(
+                instance=instance,
+                to=S.INTERRUPTED,
                 reason=f"spot capacity reclaimed by the cloud: {why}",
                 actor=actor,
                 at=at,
             )
-            instance_interrupted(instance=instance)
+            if moved:
+                instance_interrupted(instance=instance)
             return instance
         if instance.status == S.INTERRUPTED:
             return instance

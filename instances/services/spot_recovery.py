@@ -141,6 +141,8 @@ def spot_takeback(instance: Instance) -> Takeback | None:
     replacement and its status, or why there is none (the refusal on the timeline)."""
     if instance.spot_interruption_at is None or not instance.is_live:
         return None
+    if instance.status == Instance.Status.INTERRUPTED:
+        return None  # taken: the host's page says interrupted, no longer "any moment now"
     policy = _policy(instance)
     if instance.is_mig_host:
         # Never replaced itself (instance_interrupted): its slices' owners are warned, each
@@ -196,6 +198,8 @@ def spot_warning_receive(*, warning: SpotWarning) -> Instance | None:
     instance = Instance.objects.with_detail().filter(cloud_id=warning.cloud_id).first()
     if instance is None or instance.market != Market.SPOT or not instance.is_live:
         return instance
+    if instance.status == Instance.Status.INTERRUPTED:
+        return instance  # a warning that came after the cloud took the host
     if instance.is_mig_host:
         # The people warned are the slices' owners: the host's slices are warned each.
         holders = Instance.objects.with_detail().filter(
@@ -303,6 +307,15 @@ def instance_interrupted(*, instance: Instance) -> None:
     )
 
 
+def interrupted_host_gone(*, instance: Instance) -> None:
+    """An interrupted host the cloud has now removed (EC2 shows it shutting down first): it no
+    longer counts against the quota, so a replacement refused while it counted starts now."""
+    if instance.is_mig_host or instance.pool_id or instance.replaced_by is not None:
+        return
+    if _policy(instance) in RELAUNCH:
+        replacement_start(instance_id=instance.pk, why="interrupted")
+
+
 # --- replacements ------------------------------------------------------------------------------
 
 
@@ -368,9 +381,12 @@ def replacement_start(
             )
             if existing is not None:
                 return existing
-            made = order.instances.filter(replaces__isnull=False).count()
-            # A job's order is bounded by the job's own max_recoveries and time limit.
-            if made >= limit and not Job.objects.filter(order=order).exists():
+            made = order.instances.filter(replaces__isnull=False)
+            if Job.objects.filter(order=order).exists():
+                # A job's recoveries are bounded by its max_recoveries and time limit; what is
+                # capped is replacements that never ran (a launch failing again and again).
+                made = made.exclude(events__new_status=Instance.Status.RUNNING)
+            if made.count() >= limit:
                 raise PortalError(
                     f"Order {str(order.pk)[:8]} has had its {limit} replacement hosts "
                     f"(PORTAL_SPOT_MAX_REPLACEMENTS); order again to carry on.",

@@ -665,3 +665,22 @@ def test_a_jobs_recoveries_are_not_capped_by_the_orders_replacement_limit(submit
         assert job.status == J.RECOVERING, job.status_reason
         host = services.instance_provision(instance_id=host.replacements.get().pk)
     assert job.recoveries == 2
+
+
+def test_replacements_that_never_run_stop_at_the_cap_for_a_job_too(submit, settings):
+    """Job orders are exempt from the replacement cap for hosts that ran; a replacement that
+    fails to launch again and again would otherwise be replaced every job pass until the
+    time limit."""
+    settings.PORTAL_SPOT_MAX_REPLACEMENTS = 1
+    job = submit(market="on_demand")
+    host = boot(job)
+    Agent(host).ask()
+    SimulatedProvider().kill(host.cloud_id)
+    services.instance_sync(instance_id=host.pk)
+    assert jobs_pass()["host_lost"] == 1
+    replacement = host.replacements.get()
+    services.instance_fail(instance_id=replacement.pk, reason="the image is gone")
+    jobs_pass()
+    job.refresh_from_db()
+    assert job.status == J.FAILED and "PORTAL_SPOT_MAX_REPLACEMENTS" in job.status_reason
+    assert Instance.objects.filter(order=job.order).count() == 2

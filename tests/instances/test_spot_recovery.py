@@ -17,7 +17,7 @@ from instances import services, tasks
 from instances.models import Instance, SimulatedHost
 from instances.providers import spot_events
 from instances.providers.base import ProviderTransientError, SpotWarning
-from instances.providers.simulated import SimulatedProvider
+from instances.providers.simulated import SPOT_INTERRUPTION_REASON, SimulatedProvider
 from instances.services import quota_set
 from portal.models import Notice
 
@@ -411,8 +411,6 @@ def test_the_host_page_shows_the_warning_the_link_and_the_checkpoint_snippet(
 def test_an_interruption_seen_while_the_host_shuts_down_is_an_interruption(spot_host, alice):
     """EC2 shows an interrupted spot host as shutting-down first; the portal read that as a
     plain termination: no interrupted state, no notice, no replacement."""
-    from instances.providers.simulated import SPOT_INTERRUPTION_REASON
-
     host = spot_host("relaunch_spot")
     SimulatedHost.objects.filter(cloud_id=host.cloud_id).update(
         state=SimulatedHost.State.SHUTTING_DOWN,
@@ -437,3 +435,31 @@ def test_an_interruption_seen_while_the_host_shuts_down_is_an_interruption(spot_
     assert (
         Notice.objects.filter(user=alice, subject__startswith="Spot host interrupted").count() == 1
     )
+
+
+def test_a_host_refused_a_replacement_while_it_counted_gets_one_once_ec2_removes_it(
+    spot_host, alice, ada, projects
+):
+    """Refused at the warning (the warned host counts against the quota), refused again at
+    shutting-down (an interrupted host still counts): the replacement starts once it is gone."""
+    quota_set(project=projects["vision-lab"], actor=ada, max_gpus=1)
+    host = spot_host("relaunch_spot")
+    warn(host)
+    assert not Instance.objects.filter(replaces=host).exists()
+    cloud = SimulatedHost.objects.filter(cloud_id=host.cloud_id)
+    cloud.update(
+        state=SimulatedHost.State.SHUTTING_DOWN,
+        state_reason=SPOT_INTERRUPTION_REASON,
+        state_changed_at=timezone.now(),
+        settles_at=None,
+    )
+    services.reconcile()
+    host.refresh_from_db()
+    assert host.status == S.INTERRUPTED and not Instance.objects.filter(replaces=host).exists()
+    # A late warning or another reconcile acts no more; the page no longer says "any moment".
+    assert services.spot_takeback(host) is None
+    cloud.update(state=SimulatedHost.State.TERMINATED)
+    services.reconcile()
+    host.refresh_from_db()
+    assert host.status == S.TERMINATED
+    assert Instance.objects.filter(replaces=host).count() == 1

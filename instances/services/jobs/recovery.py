@@ -114,10 +114,17 @@ def _replace(job: Job, host: Instance, *, interruption: bool = False) -> Job:
     return job
 
 
+# The refusals a warned host's leaving lifts: it counts against the quota and the budget's
+# running hosts until the cloud takes it (their sentences, from quota_check and budget_check).
+LIFTED_WHEN_GONE = ("Quota exceeded", "Budget exceeded")
+
+
 def _being_taken_back(host: Instance) -> bool:
-    """A host the cloud warned it takes back, not yet gone: it holds its quota until then."""
+    """A host the cloud warned it takes back, not yet gone, whose replacement was refused by a
+    limit that it still holds: the replacement may start once it is gone."""
     host.refresh_from_db(fields=["status", "spot_warning_at"])
-    return host.spot_warning_at is not None and host.status in Instance.LIVE
+    taken = host.spot_warning_at is not None and host.status in Instance.LIVE
+    return taken and _refusal(host).startswith(LIFTED_WHEN_GONE)
 
 
 def _refusal(host: Instance) -> str:
@@ -212,6 +219,7 @@ NODE_USABLE = Instance.LIVE - {
     Instance.Status.STOPPING,
     Instance.Status.STOPPED,
     Instance.Status.TERMINATING,
+    Instance.Status.INTERRUPTED,
 }
 
 
@@ -240,7 +248,7 @@ def _rule(job: Job, now, hosts: list[Instance], lost: set) -> str | None:
         # Its run was handed to running hosts: one that is no longer running (taken back,
         # stopped, ended) took the run with it (LOST_RUN).
         return "host_lost" if job.pk in lost else None
-    if order.status != Order.Status.PLACED:
+    if order.status not in (Order.Status.PLACED, Order.Status.APPROVED):
         return None
     if hosts and _dead_rank(hosts) is not None:
         # Every host of the order (of one rank of its cluster) ended before the job could run.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from django.db.models import Count, Q
+from django.db.models import Count, F, Q
 from django.utils import timezone
 
 from instances.models import Instance, InstanceEvent, Order, Quota
@@ -135,11 +135,15 @@ def operations_panel(user: User, projects: list[Project]) -> Panel | None:
     ]
     # From the hosts' timelines, not their status now: an interrupted host is walked on to
     # terminated in the same reconcile pass. Each host counts once, whatever its moves.
-    failed = InstanceEvent.objects.filter(
-        instance__project_id__in=ids,
-        new_status__in=[Instance.Status.FAILED, Instance.Status.INTERRUPTED],
-        at__gte=timezone.now() - timedelta(days=1),
-    ).aggregate(n=Count("instance_id", distinct=True))["n"]
+    failed = (
+        InstanceEvent.objects.filter(
+            instance__project_id__in=ids,
+            new_status__in=[Instance.Status.FAILED, Instance.Status.INTERRUPTED],
+            at__gte=timezone.now() - timedelta(days=1),
+        )
+        .exclude(old_status=F("new_status"))
+        .aggregate(n=Count("instance_id", distinct=True))["n"]
+    )
     return Panel(
         template="instances/_dashboard_operations.html",
         place="lead",

@@ -34,7 +34,7 @@ def held_orders(user, *, mine: bool = True) -> list[dict]:
     rows = (
         Order.objects.for_user(user)
         .filter(status=Order.Status.PENDING_APPROVAL)
-        .select_related("project", "instance_type", "requester")
+        .select_related("project", "instance_type", "requester", "pool")
         .order_by("created_at")
         .distinct()
     )

@@ -195,11 +195,10 @@ def orders_expire(*, now: datetime | None = None) -> list[str]:
                 )
             notice_send(
                 user=order.requester,
-                subject=f"Expired: {order.count}× {order.instance_type.name} for "
-                f"{order.project.slug}",
+                subject=f"Expired: {order.described} for {order.project.slug}",
                 body=f"Nobody approved your order within {days} days; order again if you "
                 "still need it.",
-                link="/catalog/",
+                link=f"/pools/{order.pool_id}/" if order.pool_id else "/catalog/",
             )
         expired.append(str(order.pk))
     return expired

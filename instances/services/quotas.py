@@ -53,7 +53,8 @@ def quota_check(request) -> None:
     )
     broken = [refusal for quota in quotas for refusal in _quota_refusals(quota, request)]
     if broken:
-        first = broken[0]
+        # Say a limit more quota would not lift first: that one must change for the order.
+        first = next((refusal for refusal in broken if not refusal.raisable), broken[0])
         first.raisable = all(refusal.raisable for refusal in broken)
         raise first
 

@@ -434,8 +434,7 @@ def held_order_cancel(request: HttpRequest, pk) -> HttpResponse:
     services.order_cancel(order=order, user=request.user, reason=request.POST.get("reason", ""))
     messages.success(
         request,
-        f"Cancelled the order for {order.count}× {order.instance_type.name} in "
-        f"{order.project.slug}; nothing was launched.",
+        f"Cancelled the order for {order.described} in {order.project.slug}; nothing was launched.",
     )
     back = request.POST.get("next", "")
     if url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):

@@ -358,7 +358,7 @@ def _approvals_page(
     decided = (
         Order.objects.filter(decided_by__isnull=False)
         .filter(project__in=permissions.visible_projects(request.user))
-        .select_related("requester", "project", "instance_type", "decided_by")
+        .select_related("requester", "project", "instance_type", "decided_by", "pool")
         .order_by("-decided_at")[:10]
     )
     errors, typed = errors or {}, typed or {}

@@ -100,3 +100,20 @@ def test_request_more_quota_is_offered_only_where_a_grant_lifts_the_refusal(
     assert "Request more quota" not in body
     dashboard = text(signed_in(alice).get("/dashboard/"))
     assert ("Request more quota" in dashboard) == ("max_gpus" in limits)
+
+
+def test_a_refusal_more_quota_cannot_lift_is_the_one_said(alice, bob, ada, projects, place_order):
+    """Over the project's GPU limit and outside the member's allowed types: the page said the
+    GPU limit (which a request could raise) and never named the rule that blocks the order."""
+    quota_set(project=projects["vision-lab"], actor=ada, max_gpus=1)
+    quota_set(
+        project=projects["vision-lab"],
+        actor=ada,
+        user=alice,
+        allowed_instance_types=["p4d.24xlarge"],
+    )
+    place_order(bob)
+    body = text(signed_in(alice).get(ESTIMATE, {"project": "vision-lab", "count": "1"}))
+    assert "Cannot be placed now: The quota of" in body
+    assert "allows only p4d.24xlarge; g5.xlarge is not among them." in body
+    assert "Request more quota" not in body

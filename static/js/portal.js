@@ -47,7 +47,10 @@ document.addEventListener("keydown", (event) => {
 // Confirmations in a styled <dialog> rather than the browser's window.confirm. An element says
 // what to ask with data attributes: data-confirm (the question), data-confirm-text (what
 // happens), data-confirm-ok (the button's label), data-danger (a red button). A bulk button
-// (data-confirm-hosts) names the hosts ticked in its form.
+// (data-confirm-hosts="<action>") names the hosts ticked in its form, and says what each ticked
+// row's own button for that action (data-action) says beyond the bulk button's words (a pool
+// replaces the host, a job recovers, a lease still ends it: the server's one rule), once per
+// consequence with the hosts it applies to, so twenty ticked hosts read as a few lines.
 function confirmDialog() {
   let dialog = document.getElementById("confirm-dialog");
   if (dialog) return dialog;
@@ -57,7 +60,7 @@ function confirmDialog() {
   dialog.setAttribute("aria-labelledby", "confirm-title");
   dialog.innerHTML = '<form method="dialog">'
     + '<h2 id="confirm-title" class="confirm-title"></h2>'
-    + '<p class="confirm-text"></p><ul class="confirm-list"></ul>'
+    + '<p class="confirm-text"></p><div class="confirm-notes"></div><ul class="confirm-list"></ul>'
     + '<div class="confirm-actions">'
     + '<button type="submit" value="cancel" class="button confirm-cancel">Cancel</button>'
     + '<button type="submit" value="ok" class="button primary confirm-ok">OK</button>'
@@ -66,12 +69,23 @@ function confirmDialog() {
   return dialog;
 }
 
-function ask({ question, text = "", items = [], ok = "OK", danger = false }) {
+function ask({ question, text = "", notes = [], items = [], ok = "OK", danger = false }) {
   const dialog = confirmDialog();
   dialog.querySelector(".confirm-title").textContent = question;
   const body = dialog.querySelector(".confirm-text");
   body.textContent = text;
   body.hidden = !text;
+  const said = dialog.querySelector(".confirm-notes");
+  said.replaceChildren(...notes.map((note, index) => {
+    const p = document.createElement("p");
+    p.className = "confirm-text confirm-note";
+    if (index) p.style.marginTop = ".4rem"; // a property, not a style="" the CSP refuses
+    const who = document.createElement("strong");
+    who.textContent = note.hosts + ":";
+    p.append(who, " " + note.text);
+    return p;
+  }));
+  said.hidden = !notes.length;
   const list = dialog.querySelector(".confirm-list");
   list.replaceChildren(...items.map((item) => {
     const li = document.createElement("li");
@@ -91,15 +105,45 @@ function ask({ question, text = "", items = [], ok = "OK", danger = false }) {
   });
 }
 
+// What a row's own confirmation says beyond ``plain``, the bulk button's words: the rest, where
+// it adds to them (a pool's replacement), all of it, where it says otherwise (a job's run).
+function beyond(own, plain) {
+  if (!own || own === plain) return "";
+  return own.startsWith(plain) ? own.slice(plain.length).trim() : own;
+}
+
+// What the ticked hosts' rows add for ``action``: one note per distinct consequence, naming
+// its hosts (or "Each of the N" when it is every ticked host's), in the order ticked. A row
+// offers no button for an action its host refuses: the bulk answer names that host instead.
+function consequencesOf(boxes, action, plain) {
+  const byText = new Map();
+  if (!action) return [];
+  boxes.forEach((box) => {
+    const row = box.closest("[data-host]");
+    const own = row && row.querySelector(`[data-action="${action}"][data-confirm-text]`);
+    const text = own ? beyond(own.dataset.confirmText, plain) : "";
+    if (!text) return;
+    if (!byText.has(text)) byText.set(text, []);
+    byText.get(text).push(box.dataset.name);
+  });
+  return [...byText].map(([text, names]) => ({
+    hosts: names.length > 1 && names.length === boxes.length
+      ? "Each of the " + names.length : names.join(", "),
+    text,
+  }));
+}
+
 function questionOf(element, form) {
   const data = element.dataset;
-  const hosts = data.confirmHosts !== undefined
-    ? [...form.querySelectorAll("input[name=host]:checked")].map((box) => box.dataset.name)
+  const boxes = data.confirmHosts !== undefined
+    ? [...form.querySelectorAll("input[name=host]:checked")]
     : [];
+  const hosts = boxes.map((box) => box.dataset.name);
   const many = hosts.length === 1 ? "1 host" : hosts.length + " hosts";
   return {
     question: (data.confirm || "").replace("{hosts}", many),
     text: data.confirmText || "",
+    notes: consequencesOf(boxes, data.confirmHosts, data.confirmText || ""),
     items: hosts,
     ok: data.confirmOk || "OK",
     danger: data.danger !== undefined,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.core.exceptions import ObjectDoesNotExist
 from django.db import models
@@ -313,7 +313,7 @@ class InstanceAction:
     def confirm_for(self, instance: Instance) -> str:
         """What the confirmation says happens, where it is more than this action's own words: a
         slice is given back, a pool replaces a host it loses, a live job recovers on a new host
-        (its owner hears that before, not after)."""
+        (its owner hears that before, not after), a stopped host still ends with its lease."""
         if instance.is_mig_slice:
             return (
                 "The slice is given back: its sandbox and the files in it are deleted, and its "
@@ -336,6 +336,13 @@ class InstanceAction:
             return (
                 f"Job {job.name}'s run ends with it and {then}; {kept}. To end the job, cancel "
                 "it instead."
+            )
+        if self.name == "stop" and instance.lease_expires_at is not None:
+            # leases_expire ends a stopped host as it does a running one, disk included.
+            end = instance.lease_expires_at.astimezone(UTC)
+            return (
+                f"{self.confirm} Its lease still ends at {end:%b} {end.day}, {end:%H:%M} UTC, "
+                "stopped or not: the host and its disk are deleted then."
             )
         pool = instance.pool if instance.pool_id else None
         if self.name != "terminate" or pool is None or pool.status == pool.Status.DELETING:

@@ -63,7 +63,8 @@ def order_decide_topic(order: Order) -> str:
 
 def instance_topic(instance: Instance, kind: str) -> str:
     """The topic of a host's notices of one ``kind`` (idle, lease, stuck): all of them close
-    when the host stops or ends (HOST_NOTICES_CLOSE_AT)."""
+    when the host ends (HOST_NOTICES_CLOSE_AT), all but the lease's when it stops
+    (STOP_CLOSES)."""
     return f"host:{instance.pk}:{kind}"
 
 
@@ -71,12 +72,15 @@ def instance_topic(instance: Instance, kind: str) -> str:
 # keep running, extend or retry.
 HOST_NOTICES_CLOSE_AT = frozenset(
     {
-        Instance.Status.STOPPED,
         Instance.Status.TERMINATED,
         Instance.Status.FAILED,
         Instance.Status.INTERRUPTED,
     }
 )
+# A stopped host has answered its idle and stuck notices, not its lease warning: the lease still
+# ends a stopped host, its disk with it (leases_expire), so that notice stays open until the
+# host ends or the lease is extended.
+STOP_CLOSES = ("idle", "stuck")
 
 
 def order_decided(*, order: Order, to: str, user: User, reason: str, said: str) -> Order:
@@ -157,6 +161,9 @@ def instance_transition(
                 prefix=True,
                 reason=f"The host is {Instance.Status(to).label.lower()}.",
             )
+        elif to == Instance.Status.STOPPED:
+            for kind in STOP_CLOSES:
+                notices_close(topic=instance_topic(row, kind), reason="The host is stopped.")
         if to == Instance.Status.RUNNING and old in (
             Instance.Status.REQUESTED,
             Instance.Status.PROVISIONING,

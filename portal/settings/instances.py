@@ -331,11 +331,14 @@ PORTAL_SPOT_WARNING_LEAD_SECONDS = env_int(
     help="Seconds between the simulated cloud's interruption warning and the interruption "
     "(EC2 gives about two minutes).",
 )
-# Most replacement hosts one order may launch (relaunch_spot, fallback_on_demand).
+# Most replacement hosts one order may launch (relaunch_spot, fallback_on_demand); a job's
+# order counts only those that never ran (its max_recoveries and time limit bound the rest).
 PORTAL_SPOT_MAX_REPLACEMENTS = env_int(
     "PORTAL_SPOT_MAX_REPLACEMENTS",
     3,
-    help="The most replacement hosts one order launches (relaunch_spot, fallback_on_demand).",
+    help="The most replacement hosts one order launches (relaunch_spot, fallback_on_demand); "
+    "for a job's order, the most that never ran (its max_recoveries and time limit bound the "
+    "rest).",
 )
 # Pools (instances/services/pools/): the largest max_size, the autoscaler's
 # beat period, the backoff of a refused scale-out (doubling from the first figure up to the

@@ -94,7 +94,7 @@ def hosts_panel(user: User, projects: list[Project]) -> Panel | None:
             "waiting": list(
                 Order.objects.filter(
                     requester=user, status=Order.Status.PENDING_APPROVAL
-                ).select_related("instance_type", "project", "pool")
+                ).select_related("instance_type", "project", "pool", "mig_profile")
             ),
         },
     )
@@ -106,7 +106,9 @@ def operations_panel(user: User, projects: list[Project]) -> Panel | None:
     if not permissions.sees_operations_overview(user):
         return None
     ids = [project.pk for project in projects]
-    inbox = orders_to_decide(user).select_related("requester", "project", "instance_type", "pool")
+    inbox = orders_to_decide(user).select_related(
+        "requester", "project", "instance_type", "pool", "mig_profile"
+    )
     quotas = {
         quota.project_id: quota for quota in Quota.objects.filter(project_id__in=ids, user=None)
     }

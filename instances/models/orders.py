@@ -161,6 +161,11 @@ class Order(models.Model):
         """The order in a few words, as lists, notices and the CLI name it: "2x g5.xlarge", or
         for a pool's order (its size, not hosts launched at once) "pool llm, up to 3x ..."."""
         hosts = f"{self.count}× {self.instance_type.name}"
+        if self.is_mig_slice:
+            plural = "s" if self.count != 1 else ""
+            hosts = (
+                f"{self.count}× {self.mig_profile.name} slice{plural} of {self.instance_type.name}"
+            )
         return f"pool {self.pool.name}, up to {hosts}" if self.pool_id else hosts
 
     @property

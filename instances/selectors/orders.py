@@ -34,7 +34,7 @@ def held_orders(user, *, mine: bool = True) -> list[dict]:
     rows = (
         Order.objects.for_user(user)
         .filter(status=Order.Status.PENDING_APPROVAL)
-        .select_related("project", "instance_type", "requester", "pool")
+        .select_related("project", "instance_type", "requester", "pool", "mig_profile")
         .order_by("created_at")
         .distinct()
     )

@@ -352,13 +352,15 @@ def _approvals_page(
 ) -> HttpResponse:
     pending = (
         orders_to_decide(request.user)
-        .select_related("requester", "project", "instance_type", "image", "pool")
+        .select_related("requester", "project", "instance_type", "image", "pool", "mig_profile")
         .order_by("created_at")
     )
     decided = (
         Order.objects.filter(decided_by__isnull=False)
         .filter(project__in=permissions.visible_projects(request.user))
-        .select_related("requester", "project", "instance_type", "decided_by", "pool")
+        .select_related(
+            "requester", "project", "instance_type", "decided_by", "pool", "mig_profile"
+        )
         .order_by("-decided_at")[:10]
     )
     errors, typed = errors or {}, typed or {}

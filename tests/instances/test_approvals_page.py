@@ -110,3 +110,21 @@ def test_the_approvals_link_counts_what_waits_for_its_reader(inbox, held, client
     assert "waiting for you" not in inbox.get("/dashboard/").content.decode()
     client.force_login(alice)
     assert "waiting for you" not in client.get("/dashboard/").content.decode()
+
+
+def test_a_held_slice_order_is_named_as_slices_in_notices_and_lists(
+    projects, place_order, alice, ada, catalog, inbox, settings
+):
+    """Order.described said "2x p4d.24xlarge" for two slices of one: the approvers' notice and
+    the dashboards read as two whole 8-GPU hosts."""
+    from portal.models import Notice
+
+    settings.PORTAL_SIMULATED_AGENTS = True  # the simulated cloud's slice sessions
+    ApprovalPolicy.objects.create(project=projects["vision-lab"], gpus_above=0)
+    order = place_order(alice, instance_type=catalog["p4d.24xlarge"], mig_profile="1g.5gb", count=2)
+    assert order.status == Order.Status.PENDING_APPROVAL
+    said = "2× 1g.5gb slices of p4d.24xlarge"
+    assert Notice.objects.get(user=ada).subject == (
+        f"Approval needed: alice ordered {said} for vision-lab"
+    )
+    assert said in text(inbox.get("/dashboard/"))

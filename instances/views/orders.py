@@ -30,6 +30,7 @@ from instances.models import (
     Market,
     Order,
     Placement,
+    Quota,
     gpu_equivalents,
     gpus_in_words,
 )
@@ -202,7 +203,7 @@ def order_context(request: HttpRequest, instance_type: InstanceType, data) -> di
         context["invalid"].append(words(None, PortalError("", code="quota_lease"))[1])
     context.update(preview=preview, **_priced(instance_type, market, count, lease, profile))
     if preview.refusal_code.startswith("quota"):
-        context.update(_quota_blocked(user, project, math.ceil(order.gpus), preview))
+        context.update(_quota_blocked(user, project, order.gpus, preview))
     return _bounded(context)
 
 
@@ -220,16 +221,21 @@ def _placement_hint(instance_type: InstanceType, placement: str) -> str:
     )
 
 
-def _quota_blocked(user, project: Project, asks_gpus: int, preview) -> dict:
-    """Beside a quota refusal: who holds the quota now, and the way to ask for more (the
-    order's own GPUs, prefilled) when a granted request would lift the refusal."""
+def _quota_blocked(user, project: Project, asks_gpus, preview) -> dict:
+    """Beside a quota refusal: who holds the quota now, and the way to ask for more when a
+    granted request would lift the refusal, prefilled with what the order lacks (the GPUs over
+    the project's limit, whole: a grant raises the limit by whole GPUs)."""
     used = usage(project=project)
     askable = preview.refusal_raisable and permissions.can_request_quota(user, project)
+    short = 0
+    if askable:
+        limit = Quota.objects.get(project=project, user=None).max_gpus
+        short = max(1, math.ceil(used.gpus + asks_gpus - limit))
     return {
         "holders": holders_of([project.pk])[project.pk],
         "holders_gpus": used.gpus,
         "holders_hosts": used.instances,
-        "request_gpus": asks_gpus if askable else 0,
+        "request_gpus": short,
     }
 
 

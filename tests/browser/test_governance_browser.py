@@ -61,16 +61,17 @@ def test_quota_refusal_then_an_approved_order_provisions(
     assert not Order.objects.exists()
     # The way to ask for more lands with ada, on her Quotas page.
     researcher.get_by_role("link", name="Request more quota").click()
-    expect(researcher.get_by_label("More GPUs")).to_have_value("16")
+    # Prefilled with what the order lacks: 16 asked, 8 allowed.
+    expect(researcher.get_by_label("More GPUs")).to_have_value("8")
     researcher.get_by_label("What they are for").fill("a two-host sweep")
     researcher.get_by_role("button", name="Send to the admins").click()
-    expect(researcher.locator(".flash")).to_contain_text("Asked the admins for 16 more GPUs")
+    expect(researcher.locator(".flash")).to_contain_text("Asked the admins for 8 more GPUs")
     admin.reload()
     asks = admin.locator('[data-project="vision-lab"] [data-testid="quota-requests"]')
-    expect(asks).to_contain_text("alice asks for 16 more GPUs")
-    expect(asks.get_by_role("button", name="Grant: raise to 24 GPUs")).to_be_visible()
+    expect(asks).to_contain_text("alice asks for 8 more GPUs")
+    expect(asks.get_by_role("button", name="Grant: raise to 16 GPUs")).to_be_visible()
     asks.get_by_role("button", name="Decline").click()
-    expect(admin.locator(".flash")).to_contain_text("Declined alice's request for 16 GPUs")
+    expect(admin.locator(".flash")).to_contain_text("Declined alice's request for 8 GPUs")
 
     card = admin.locator('[data-project="vision-lab"]')
     card.get_by_label("Require approval above (GPUs)").fill("2")

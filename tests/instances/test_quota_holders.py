@@ -117,3 +117,11 @@ def test_a_refusal_more_quota_cannot_lift_is_the_one_said(alice, bob, ada, proje
     assert "Cannot be placed now: The quota of" in body
     assert "allows only p4d.24xlarge; g5.xlarge is not among them." in body
     assert "Request more quota" not in body
+
+
+def test_the_request_is_prefilled_with_what_the_order_lacks(alice, bob, ada, projects, place_order):
+    """It was prefilled with the order's GPUs (4), though 2 more let the order in."""
+    quota_set(project=projects["vision-lab"], actor=ada, max_gpus=8)
+    place_order(bob, count=6)
+    body = text(signed_in(alice).get(ESTIMATE, {"project": "vision-lab", "count": "4"}))
+    assert 'href="/quotas/vision-lab/request/?gpus=2" data-testid="request-quota"' in body

@@ -126,12 +126,22 @@ function consequencesOf(boxes, action, plain) {
     if (!byText.has(text)) byText.set(text, []);
     byText.get(text).push(box.dataset.name);
   });
-  return [...byText].map(([text, names]) => ({
+  const notes = [...byText].map(([text, names]) => ({
     hosts: names.length > 1 && names.length === boxes.length
       ? "Each of the " + names.length : names.join(", "),
     text,
   }));
+  if (notes.length <= NOTES_SHOWN) return notes;
+  // Many different consequences (say, hosts of many orders, each lease ending at its own time):
+  // the first few, then how many more hosts have one, so the dialog stays a few lines.
+  const more = [...byText.values()].slice(NOTES_SHOWN - 1).reduce((n, names) => n + names.length, 0);
+  return [
+    ...notes.slice(0, NOTES_SHOWN - 1),
+    { hosts: more + " more hosts", text: "each have their own note: their rows' own Stop or Terminate say what it is." },
+  ];
 }
+
+const NOTES_SHOWN = 5;
 
 function questionOf(element, form) {
   const data = element.dataset;

@@ -126,3 +126,26 @@ def test_bulk_stop_says_a_running_jobs_host_recovers_beside_the_plain_hosts_leas
         ]
     )
     answer_confirmation(page, accept=False)
+
+
+def test_many_different_notes_stay_a_few_lines(page, sign_in, place_order, alice):
+    """Hosts of six orders whose leases end a minute apart: each lease sentence differs, so the
+    dialog gave a line each; it shows four and says how many more hosts have their own."""
+    soon = (timezone.now() + timedelta(hours=5)).replace(second=0, microsecond=0)
+    ticked = []
+    for n in range(6):
+        host = services.instance_provision(instance_id=place_order(alice).instances.get().pk)
+        Instance.objects.filter(pk=host.pk).update(lease_expires_at=soon + timedelta(minutes=n))
+        ticked.append(host)
+    sign_in("alice")
+    page.goto("/hosts/")
+    for host in ticked:
+        page.locator(f"#pick-{host.pk}").check()
+    page.get_by_role("button", name="Stop selected").click()
+    notes = page.locator("dialog.confirm-dialog[open] .confirm-note")
+    expect(notes).to_have_count(5)
+    expect(notes.last).to_have_text(
+        "2 more hosts: each have their own note: their rows' own Stop or Terminate say what it is."
+    )
+    expect(page.locator("dialog.confirm-dialog[open] .confirm-list li")).to_have_count(6)
+    answer_confirmation(page, accept=False)

@@ -188,6 +188,12 @@ class Instance(models.Model):
     def is_live(self) -> bool:
         return self.status in self.LIVE
 
+    def kept_for_its_job(self, now: datetime) -> bool:
+        """A failed job's host kept for its owner to look (``keep_host_until``, at most a day):
+        the job pass ends it then, and the lease, which may end first, does not cut it short."""
+        job = getattr(self.order, "job", None)
+        return job is not None and job.keep_host_until is not None and now < job.keep_host_until
+
     @property
     def name(self) -> str:
         return host_name(str(self.pk))
@@ -337,7 +343,11 @@ class InstanceAction:
                 f"Job {job.name}'s run ends with it and {then}; {kept}. To end the job, cancel "
                 "it instead."
             )
-        if self.name == "stop" and instance.lease_expires_at is not None:
+        if (
+            self.name == "stop"
+            and instance.lease_expires_at is not None
+            and not instance.kept_for_its_job(timezone.now())
+        ):
             # leases_expire ends a stopped host as it does a running one, disk included.
             end = instance.lease_expires_at.astimezone(UTC)
             return (

@@ -194,7 +194,7 @@ def leases_warn(*, now: datetime | None = None) -> list[tuple[str, int]]:
     )
     warned = []
     for host in hosts:
-        if _kept_for_its_job(host, now):
+        if host.kept_for_its_job(now):
             continue  # its job's page says until when it is kept
         left = host.lease_expires_at - now
         due = next(
@@ -308,7 +308,7 @@ def leases_expire(*, now: datetime | None = None) -> list[str]:
     )
     expired = []
     for instance in ended:
-        if _job_limit_ahead(instance, now) or _kept_for_its_job(instance, now):
+        if _job_limit_ahead(instance, now) or instance.kept_for_its_job(now):
             continue
         try:
             row, moved = instance_transition(
@@ -337,13 +337,6 @@ def _job_limit_ahead(instance: Instance, now: datetime) -> bool:
         and job.started_at is not None
         and now < job.started_at + timedelta(minutes=job.time_limit_minutes)
     )
-
-
-def _kept_for_its_job(instance: Instance, now: datetime) -> bool:
-    """A failed job's host kept for its owner to look (``keep_host_until``, at most a day):
-    the job pass ends it then, and the lease, which may end first, does not cut it short."""
-    job = getattr(instance.order, "job", None)
-    return job is not None and job.keep_host_until is not None and now < job.keep_host_until
 
 
 def instance_system_stop(*, instance: Instance, reason: str, actor: str) -> Instance:

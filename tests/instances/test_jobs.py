@@ -684,3 +684,15 @@ def test_replacements_that_never_run_stop_at_the_cap_for_a_job_too(submit, setti
     job.refresh_from_db()
     assert job.status == J.FAILED and "PORTAL_SPOT_MAX_REPLACEMENTS" in job.status_reason
     assert Instance.objects.filter(order=job.order).count() == 2
+
+
+def test_stopping_a_failed_jobs_kept_host_does_not_say_the_lease_ends_it(submit, clock):
+    """The lease does not end a host kept for its failed job (the job pass does, at the time
+    its page shows), yet Stop's confirmation said "Its lease still ends at ..."."""
+    job = submit(market="on_demand", time_limit_minutes=60, keep_host_minutes=120)
+    host = boot(job)
+    agent = Agent(host)
+    agent.run(agent.ask().json(), exit_code=1)
+    host = Instance.objects.with_detail().select_related("pool").get(pk=host.pk)
+    stop = {action.name: action for action in host.actions_now}["stop"]
+    assert "lease" not in stop.confirm_for(host)

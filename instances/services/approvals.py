@@ -166,7 +166,7 @@ def orders_expire(*, now: datetime | None = None) -> list[str]:
     now = now or timezone.now()
     expired = []
     waiting = Order.objects.filter(status=Order.Status.PENDING_APPROVAL).select_related(
-        "project__approval_policy", "instance_type", "requester"
+        "project__approval_policy", "instance_type", "requester", "pool", "mig_profile"
     )
     for order in waiting:
         policy = getattr(order.project, "approval_policy", None)

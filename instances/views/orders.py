@@ -228,8 +228,12 @@ def _quota_blocked(user, project: Project, asks_gpus, preview) -> dict:
     used = usage(project=project)
     askable = preview.refusal_raisable and permissions.can_request_quota(user, project)
     short = 0
-    if askable:
-        limit = Quota.objects.get(project=project, user=None).max_gpus
+    limit = (
+        Quota.objects.filter(project=project, user=None).values_list("max_gpus", flat=True).first()
+        if askable
+        else None
+    )
+    if limit is not None:  # (None: the limit went since the preview read it)
         short = max(1, math.ceil(used.gpus + asks_gpus - limit))
     return {
         "holders": holders_of([project.pk])[project.pk],
@@ -318,12 +322,7 @@ def order_page(request: HttpRequest, name: str) -> HttpResponse:
                 placement=data["placement"] or Placement.INDEPENDENT,
                 mig_profile=data["mig_profile"],
             )
-            what = f"{order.count}× {instance_type.name} ({order.get_market_display()})"
-            if order.is_mig_slice:
-                what = (
-                    f"{order.count}× {order.mig_profile.name} slice of {instance_type.name} "
-                    f"({order.get_market_display()})"
-                )
+            what = f"{order.described} ({order.get_market_display()})"
             if order.is_cluster:
                 what = f"a cluster of {what}"
             if order.status == Order.Status.PENDING_APPROVAL:
@@ -405,8 +404,8 @@ def approval_decide(request: HttpRequest, pk, decision: str) -> HttpResponse:
             f"{order.count}× {order.instance_type.name}; the autoscaler launches its hosts as "
             "the quota and budget allow."
             if order.pool_id
-            else f"Approved {order.count}× {order.instance_type.name} for "
-            f"{order.requester.username}; provisioning has started.",
+            else f"Approved {order.described} for {order.requester.username}; provisioning "
+            "has started.",
         )
     elif decision == "reject":
         try:

@@ -91,3 +91,14 @@ def test_the_count_costs_the_same_queries_for_1_failure_as_for_5(
         failed(place_order, alice)
     assert operations_panel(ada, list(projects.values())).context["failed"] == 5
     assert cost() == one
+
+
+def test_a_note_on_an_old_failure_is_no_new_failure(ada, alice, projects, place_order, clock):
+    """A timeline note records the same old and new status (a "replaced by" note on a host that
+    failed days ago): it was counted as a failure today."""
+    from instances.services.transitions import instance_note
+
+    host = failed(place_order, alice)
+    clock.shift(timedelta(days=3))
+    instance_note(instance=host, note="replaced by another host", actor="system:test")
+    assert operations_panel(ada, list(projects.values())).context["failed"] == 0

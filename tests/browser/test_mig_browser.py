@@ -32,7 +32,7 @@ def test_alice_orders_slices_and_ada_reads_the_shared_hosts_layout(
     page.fill("#id_ssh_public_key", ED25519)
     keep_screenshot(page, "mig-order")
     page.get_by_role("button", name="Place order").click()
-    expect(page.locator(".flash")).to_contain_text("2× 3g.20gb slice of p4d.24xlarge")
+    expect(page.locator(".flash")).to_contain_text("2× 3g.20gb slices of p4d.24xlarge")
 
     slices = list(Instance.objects.filter(order__mig_host=False).order_by("created_at", "id"))
     for record in slices:

@@ -331,8 +331,6 @@ PORTAL_SPOT_WARNING_LEAD_SECONDS = env_int(
     help="Seconds between the simulated cloud's interruption warning and the interruption "
     "(EC2 gives about two minutes).",
 )
-# Most replacement hosts one order may launch (relaunch_spot, fallback_on_demand); a job's
-# order counts only those that never ran (its max_recoveries and time limit bound the rest).
 PORTAL_SPOT_MAX_REPLACEMENTS = env_int(
     "PORTAL_SPOT_MAX_REPLACEMENTS",
     3,
